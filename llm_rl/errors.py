@@ -1,0 +1,31 @@
+"""Errors that are the user's to fix: bad recipes, data, reward functions or model paths.
+
+Every entry point turns a `UserInputError` into one line on stderr and exit code 2; anything else is a
+failure while training (exit code 1).
+"""
+
+from __future__ import annotations
+
+
+class UserInputError(Exception):
+    """Bad input: the message names the file, key or row and says what is wrong."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class RecipeError(UserInputError):
+    """A recipe that does not parse, has unknown keys, wrong types or conflicting settings."""
+
+
+class DataError(UserInputError):
+    """A dataset that is missing, empty, unreadable or lacks a column the recipe names."""
+
+
+class RewardError(UserInputError):
+    """A reward function that cannot be found, imported, built, or that returns bad values."""
+
+
+class ModelError(UserInputError):
+    """A model or tokenizer path that does not load."""

@@ -1,0 +1,455 @@
+"""The recipe: one typed, strict schema for both algorithms, and the loader that reads it.
+
+A recipe is YAML. `extends: base.yaml` (relative to the file) deep-merges a base recipe under it, and
+`--set dotted.key=value` overrides (the value parsed as YAML) apply last. Every error names the file
+and the dotted key. The shared sections are in our own words; `grpo:` and `ppo:` take TRL field names.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from llm_rl.errors import RecipeError
+
+# ----------------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------------
+
+
+class Section(BaseModel):
+    """Base of every recipe section: unknown keys are errors, values are checked strictly."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class RunSection(Section):
+    # Shown in logs and on wandb; defaults to "<algorithm>-<task>".
+    name: str | None = None
+    # The run folder: recipe.yaml, metrics.jsonl, checkpoints, final/, run_summary.json.
+    output_dir: str | None = None
+    seed: int = 42
+
+
+class LoraSection(Section):
+    enabled: bool = False
+    r: int = Field(16, gt=0)
+    alpha: int = Field(32, gt=0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    # "all-linear" or a list of module names.
+    target_modules: str | list[str] = "all-linear"
+
+
+class ModelSection(Section):
+    # A local folder, a hub id (online users), or "builtin:tiny-arithmetic".
+    policy: str = "builtin:tiny-arithmetic"
+    # Defaults to the policy's own tokenizer.
+    tokenizer: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Off unless a recipe turns it on: remote code runs with the user's rights.
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    gradient_checkpointing: bool = False
+    lora: LoraSection = Field(default_factory=LoraSection)
+
+
+class ArithmeticTaskSection(Section):
+    """Settings of the built-in arithmetic task (`data.source: builtin:arithmetic`)."""
+
+    # Operands are drawn from 0..max_operand.
+    max_operand: int = Field(4, ge=1, le=99)
+    num_train: int = Field(2000, gt=0)
+    num_eval: int = Field(200, ge=0)
+
+
+class DataSection(Section):
+    # A local jsonl/json/parquet/csv file, a save_to_disk folder, a hub id, or "builtin:<task>".
+    source: str = "builtin:arithmetic"
+    split: str = "train"
+    # A split of the same source for held-out prompts; none by default for files.
+    eval_split: str | None = None
+    prompt_column: str = "prompt"
+    # Extra columns passed to the reward functions as keyword arguments; None: all of them.
+    columns: list[str] | None = None
+    # Renames applied before anything else, {old: new}.
+    rename_columns: dict[str, str] = Field(default_factory=dict)
+    system_prompt: str | None = None
+    # Apply the tokenizer's chat template (when it has one) to plain-text prompts too.
+    chat_template: bool = True
+    # Prompts longer than this (in tokens) are dropped and counted, never truncated.
+    max_prompt_length: int | None = Field(None, gt=0)
+    # Keep at most this many rows (after shuffling with the run seed); None keeps all.
+    limit: int | None = Field(None, gt=0)
+    arithmetic: ArithmeticTaskSection = Field(default_factory=ArithmeticTaskSection)
+
+
+class RewardEntry(BaseModel):
+    """One reward function: `name` from the registry or `package.module:function`; other keys go to it."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str
+    weight: float = 1.0
+    # What a None, NaN or inf from this function does: "error" fails the run naming the sample,
+    # "skip" drops the sample from this reward (counted under rewards/<name>/skipped).
+    on_invalid: Literal["error", "skip"] = "error"
+    # Metric name; defaults to `name` (or the function's name for import paths).
+    alias: str | None = None
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keys meant for the reward factory."""
+        return dict(self.model_extra or {})
+
+    @property
+    def metric_name(self) -> str:
+        if self.alias:
+            return self.alias
+        return self.name.rsplit(":", 1)[-1]
+
+
+class GenerationSection(Section):
+    max_new_tokens: int = Field(256, gt=0)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+
+
+class TrainingSection(Section):
+    learning_rate: float = Field(1e-6, ge=0.0)
+    # The budget: one of max_steps (optimizer updates) or total_samples (prompt-completion pairs).
+    max_steps: int | None = Field(None, gt=0)
+    total_samples: int | None = Field(None, gt=0)
+    # Clips the gradient norm of every update; None or 0 turns clipping off.
+    max_grad_norm: float | None = Field(1.0, ge=0.0)
+    # Prompt-completion pairs per device per micro-batch (TRL's per_device_train_batch_size).
+    per_device_batch_size: int = Field(8, gt=0)
+    gradient_accumulation_steps: int = Field(1, gt=0)
+    lr_scheduler: str = "constant"
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    # "auto": bf16 where the GPU supports it, fp32 on CPU.
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    logging_steps: int = Field(1, gt=0)
+
+
+class CheckpointingSection(Section):
+    every: int = Field(100_000, gt=0)
+    unit: Literal["samples", "steps"] = "samples"
+    keep_last: int | None = Field(2, gt=0)
+    # "auto": continue from the latest complete checkpoint in output_dir; "never"; or a path.
+    resume: str = "auto"
+
+
+class EarlyStoppingSection(Section):
+    enabled: bool = False
+    metric: str = "reward/mean"
+    patience: int = Field(5, gt=0)
+    min_delta: float = Field(0.0, ge=0.0)
+    mode: Literal["max", "min"] = "max"
+
+
+class WandbSection(Section):
+    # "auto": online when logged in, offline otherwise.
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    project: str = "llm_rl"
+    entity: str | None = None
+    group: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class MonitoringSection(Section):
+    wandb: WandbSection = Field(default_factory=WandbSection)
+    tensorboard: bool = False
+    # Print a progress bar and a line of metrics at every logging step.
+    progress: bool = True
+
+
+class Recipe(Section):
+    """A whole recipe. `grpo` and `ppo` hold TRL field names, checked in `check_trl_sections`."""
+
+    algorithm: Literal["grpo", "ppo"] = "grpo"
+    run: RunSection = Field(default_factory=RunSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    rewards: list[RewardEntry] = Field(default_factory=lambda: [RewardEntry(name="accuracy")])
+    generation: GenerationSection = Field(default_factory=GenerationSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    checkpointing: CheckpointingSection = Field(default_factory=CheckpointingSection)
+    early_stopping: EarlyStoppingSection = Field(default_factory=EarlyStoppingSection)
+    monitoring: MonitoringSection = Field(default_factory=MonitoringSection)
+    grpo: dict[str, Any] = Field(default_factory=dict)
+    ppo: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("rewards")
+    @classmethod
+    def _at_least_one_reward(cls, rewards: list[RewardEntry]) -> list[RewardEntry]:
+        if not rewards:
+            raise ValueError("at least one reward function is needed")
+        return rewards
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data, as it is written to the run folder."""
+        return self.model_dump(mode="json")
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.run.output_dir or f"runs/{self.run_name}")
+
+    @property
+    def run_name(self) -> str:
+        if self.run.name:
+            return self.run.name
+        task = self.data.source.split(":", 1)[-1].replace("/", "_").rsplit(".", 1)[0]
+        return f"{self.algorithm}-{Path(task).name}"
+
+
+# Our own PPO keys; everything else in `ppo:` must be a PPOConfig field.
+PPO_OWN_KEYS = {
+    "value_model": "policy",
+    "critic_learning_rate": None,
+    "critic_warmup_steps": 0,
+    "reward_model": None,
+    "none_reward": None,
+}
+
+# Fields of TRL's configs that the shared sections own: setting them in grpo:/ppo: would make two
+# places say the same thing, so it is an error naming the shared key to use instead.
+SHARED_TRL_FIELDS = {
+    "learning_rate": "training.learning_rate",
+    "max_steps": "training.max_steps",
+    "max_grad_norm": "training.max_grad_norm",
+    "per_device_train_batch_size": "training.per_device_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "lr_scheduler_type": "training.lr_scheduler",
+    "warmup_ratio": "training.warmup_ratio",
+    "weight_decay": "training.weight_decay",
+    "logging_steps": "training.logging_steps",
+    "bf16": "training.precision",
+    "fp16": "training.precision",
+    "seed": "run.seed",
+    "output_dir": "run.output_dir",
+    "run_name": "run.name",
+    "temperature": "generation.temperature",
+    "top_p": "generation.top_p",
+    "top_k": "generation.top_k",
+    "max_completion_length": "generation.max_new_tokens",
+    "response_length": "generation.max_new_tokens",
+    "total_episodes": "training.total_samples",
+    "save_steps": "checkpointing.every",
+    "save_total_limit": "checkpointing.keep_last",
+    "resume_from_checkpoint": "checkpointing.resume",
+    "report_to": "monitoring.wandb.mode",
+    "gradient_checkpointing": "model.gradient_checkpointing",
+    "trust_remote_code": "model.trust_remote_code",
+    "reward_weights": "rewards[].weight",
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
+    """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it."""
+    where = str(path) if path is not None else "<default recipe>"
+    raw = read_recipe_file(Path(path)) if path is not None else {}
+    for override in overrides or []:
+        apply_override(raw, override, where)
+    return validate_recipe(raw, where)
+
+
+def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Parse a YAML recipe and resolve its `extends:` chain into one mapping."""
+    path = path.resolve()
+    if path in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path))
+        raise RecipeError(f"extends: cycle ({chain})", where=str(path))
+    if not path.is_file():
+        raise RecipeError("recipe file not found", where=str(path))
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise RecipeError(f"not valid YAML: {err}", where=str(path)) from None
+    if not isinstance(data, dict):
+        raise RecipeError("a recipe must be a mapping of sections", where=str(path))
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str):
+        raise RecipeError("extends: must be a file path", where=str(path))
+    base = read_recipe_file(path.parent / base_name, (*_seen, path))
+    return deep_merge(base, data)
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; anything else (lists included) in `top` replaces `base`."""
+    merged = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
+    """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
+    key, sep, text = override.partition("=")
+    if not sep or not key.strip():
+        raise RecipeError(f"--set {override!r}: expected dotted.key=value", where=where)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(f"--set {key}: value is not valid YAML: {err}", where=where) from None
+    parts = key.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(f"--set {key}: {part!r} is not a section", where=where)
+        node = child
+    node[parts[-1]] = value
+
+
+def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:
+    """Build the typed recipe, turning the first schema error into a message naming the key."""
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as err:
+        raise RecipeError(describe_validation_error(err), where=where) from None
+    check_trl_sections(recipe, where)
+    check_cross_fields(recipe, where)
+    return recipe
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One sentence for the first error: the dotted key, what is wrong, and a suggestion."""
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    dotted = format_location(loc)
+    if first["type"] == "extra_forbidden":
+        suggestion = suggest_key(Recipe, loc)
+        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        return f"{dotted}: unknown key{hint}"
+    given = first.get("input")
+    if first["type"].endswith("_type") or first["type"] in {"literal_error", "model_type"}:
+        return f"{dotted}: {first['msg'].lower()}, got {given!r}"
+    return f"{dotted}: {first['msg'].lower()}"
+
+
+def format_location(loc: list[str]) -> str:
+    """['rewards', '0', 'weight'] -> 'rewards[0].weight'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text
+
+
+def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
+    """The closest valid key to an unknown one, found by walking the schema to its section."""
+    for part in loc[:-1]:
+        if part.isdigit():
+            continue
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        inner = getattr(annotation, "__args__", (annotation,))
+        sections = [t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not sections:
+            return None
+        model = sections[0]
+    matches = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def trl_config_fields(algorithm: str) -> dict[str, dataclasses.Field]:
+    """The dataclass fields of TRL's config for an algorithm (GRPOConfig or PPOConfig)."""
+    if algorithm == "grpo":
+        from trl import GRPOConfig as config_class
+    else:
+        from llm_rl.trl_ppo import PPOConfig as config_class
+    return {f.name: f for f in dataclasses.fields(config_class) if f.init}
+
+
+def check_trl_sections(recipe: Recipe, where: str) -> None:
+    """`grpo:` and `ppo:` keys must be fields of TRL's config (or ours), and not shared-section keys."""
+    for algorithm in ("grpo", "ppo"):
+        section: dict[str, Any] = getattr(recipe, algorithm)
+        if not section:
+            continue
+        own = PPO_OWN_KEYS if algorithm == "ppo" else {}
+        fields = trl_config_fields(algorithm)
+        for key in section:
+            if key in own:
+                continue
+            if key in SHARED_TRL_FIELDS:
+                raise RecipeError(
+                    f"{algorithm}.{key}: set by the shared section; use {SHARED_TRL_FIELDS[key]} instead",
+                    where=where,
+                )
+            if key not in fields:
+                options = list(fields) + list(own)
+                close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                config = "GRPOConfig" if algorithm == "grpo" else "PPOConfig"
+                raise RecipeError(f"{algorithm}.{key}: not a field of TRL's {config}{hint}", where=where)
+
+
+def check_cross_fields(recipe: Recipe, where: str) -> None:
+    """Settings that are valid alone but conflict together, each with the reason."""
+    training = recipe.training
+    if training.max_steps is not None and training.total_samples is not None:
+        raise RecipeError(
+            "training.max_steps and training.total_samples both set: give one budget, "
+            "in updates or in samples",
+            where=where,
+        )
+    if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
+        raise RecipeError("early_stopping.patience must be at least 1", where=where)
+    resume = recipe.checkpointing.resume
+    if resume not in ("auto", "never") and not Path(resume).exists():
+        raise RecipeError(
+            f"checkpointing.resume: {resume!r} is neither 'auto', 'never' nor an existing checkpoint",
+            where=where,
+        )
+    if recipe.algorithm == "grpo":
+        check_grpo_batches(recipe, where)
+    names = [r.metric_name for r in recipe.rewards]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise RecipeError(
+            f"rewards: {sorted(duplicates)[0]!r} appears twice; give one of them an alias",
+            where=where,
+        )
+
+
+def check_grpo_batches(recipe: Recipe, where: str) -> None:
+    """GRPO forms groups of num_generations completions; the generation batch must hold whole groups."""
+    group = recipe.grpo.get("num_generations", 8)
+    if not isinstance(group, int) or group < 2:
+        raise RecipeError(
+            "grpo.num_generations: must be an integer of at least 2 (advantages are relative to the group)",
+            where=where,
+        )
+    training = recipe.training
+    steps_per_generation = recipe.grpo.get("steps_per_generation") or training.gradient_accumulation_steps
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    generation_batch = recipe.grpo.get("generation_batch_size") or (
+        training.per_device_batch_size * steps_per_generation * world_size
+    )
+    if generation_batch % group:
+        raise RecipeError(
+            f"grpo.num_generations: the generation batch of {generation_batch} completions "
+            f"(training.per_device_batch_size x steps per generation x {world_size} processes) is not "
+            f"a multiple of the group "
+            f"size {group}; each prompt's {group} completions must be generated together",
+            where=where,
+        )
