@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -258,6 +259,22 @@ SHARED_TRL_FIELDS = {
 # ----------------------------------------------------------------------------------------------------
 
 
+class RecipeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `3e-4` as a number the way YAML 1.2 does (PyYAML reads a string)."""
+
+
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML text with the recipe loader (no tags that build objects: never code)."""
+    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it."""
     where = str(path) if path is not None else "<default recipe>"
@@ -276,7 +293,7 @@ def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     if not path.is_file():
         raise RecipeError("recipe file not found", where=str(path))
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = parse_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise RecipeError(f"not valid YAML: {err}", where=str(path)) from None
     if not isinstance(data, dict):
@@ -307,7 +324,7 @@ def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
     if not sep or not key.strip():
         raise RecipeError(f"--set {override!r}: expected dotted.key=value", where=where)
     try:
-        value = yaml.safe_load(text)
+        value = parse_yaml(text)
     except yaml.YAMLError as err:
         raise RecipeError(f"--set {key}: value is not valid YAML: {err}", where=where) from None
     parts = key.strip().split(".")
@@ -354,6 +371,21 @@ def format_location(loc: list[str]) -> str:
     return text
 
 
+# Names users bring from other tools, for keys that difflib would not find.
+KEY_SYNONYMS = {
+    "rank": "r",
+    "lora_r": "r",
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
+    "lr": "learning_rate",
+    "model_name_or_path": "policy",
+    "batch_size": "per_device_batch_size",
+    "per_device_train_batch_size": "per_device_batch_size",
+    "max_completion_length": "max_new_tokens",
+    "save_steps": "every",
+}
+
+
 def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
     """The closest valid key to an unknown one, found by walking the schema to its section."""
     for part in loc[:-1]:
@@ -366,6 +398,9 @@ def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
         if not sections:
             return None
         model = sections[0]
+    synonym = KEY_SYNONYMS.get(loc[-1])
+    if synonym in model.model_fields:
+        return synonym
     matches = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
     return matches[0] if matches else None
 

@@ -1,0 +1,37 @@
+# `make demo` and `make test` each set up .venv from this project's own files when needed.
+# GPU hosts: install your CUDA build of torch, e.g. `make test TORCH_SPEC="torch==2.13.0"` with your index.
+VENV ?= .venv
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+# The embedded default: builds the tiny model locally, trains it with GRPO on CPU, reward rises.
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/accelerate launch --num_processes 1 --cpu recipes/grpo.py $(ARGS)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,110 @@
+"""The command line: `llm-rl train|validate`, and the `recipes/{grpo,ppo}.py` entry points.
+
+Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
+`--debug`; 1 a failure while training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from llm_rl.errors import UserInputError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser, recipe_positional: bool) -> None:
+    """The recipe path, `--set` overrides and `--debug`, shared by every command that reads a recipe."""
+    if recipe_positional:
+        parser.add_argument("recipe", type=Path, help="the recipe YAML file")
+    else:
+        parser.add_argument("--config", dest="recipe", type=Path, help="the recipe YAML file")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key, e.g. --set training.max_steps=10 (the value is parsed as YAML)",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command, turning errors into the documented exit codes and one line on stderr."""
+    try:
+        return command(args)
+    except UserInputError as err:
+        if args.debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as err:
+        if args.debug:
+            raise
+        print(f"training failed: {type(err).__name__}: {err} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def command_train(args: argparse.Namespace) -> int:
+    """Train a recipe and print where its run folder is."""
+    from llm_rl.recipe import load_recipe
+    from llm_rl.run import train
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    summary = train(recipe)
+    print(
+        f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
+        f"final reward {summary['final_reward']}, run folder {recipe.output_dir}"
+    )
+    return EXIT_OK
+
+
+def command_validate(args: argparse.Namespace) -> int:
+    """Check recipe, dataset, rewards and model without training, and print what would run."""
+    from llm_rl.recipe import load_recipe
+    from llm_rl.validate import describe_run
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    print(describe_run(recipe))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`llm-rl COMMAND ...`."""
+    parser = argparse.ArgumentParser(prog="llm-rl", description="RL fine-tuning of LLMs with GRPO and PPO")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train_parser = commands.add_parser("train", help="train a recipe")
+    add_recipe_arguments(train_parser, recipe_positional=True)
+    train_parser.set_defaults(run=command_train)
+    validate_parser = commands.add_parser("validate", help="check a recipe without training")
+    add_recipe_arguments(validate_parser, recipe_positional=True)
+    validate_parser.set_defaults(run=command_validate)
+    args = parser.parse_args(argv)
+    return guarded(args.run, args)
+
+
+def entry_point(algorithm: str, default_recipe: Path, argv: Sequence[str] | None = None) -> int:
+    """`recipes/<algorithm>.py [--config RECIPE] [--set k=v ...]`: the script decides the algorithm."""
+    parser = argparse.ArgumentParser(
+        prog=f"recipes/{algorithm}.py",
+        description=f"Train with {algorithm.upper()}; with no --config, the embedded default recipe.",
+    )
+    add_recipe_arguments(parser, recipe_positional=False)
+    args = parser.parse_args(argv)
+    args.recipe = args.recipe or default_recipe
+    args.overrides = [f"algorithm={algorithm}", *args.overrides]
+    return guarded(command_train, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""What a recipe resolves to before a trainer is built: tokenizer, policy, prompts and rewards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from llm_rl.data import PromptData
+from llm_rl.recipe import Recipe
+from llm_rl.rewards import RewardSet
+
+
+@dataclass
+class Components:
+    """Everything a trainer builder needs; built once by `llm_rl.run.build_components`."""
+
+    recipe: Recipe
+    tokenizer: PreTrainedTokenizerBase
+    policy: PreTrainedModel
+    data: PromptData
+    rewards: RewardSet
+    # The folder the policy was loaded from (TRL reloads reference models from it).
+    policy_path: str
+    extras: dict[str, Any] | None = None

@@ -1,0 +1,107 @@
+"""GRPO: TRL's `GRPOTrainer` built from a recipe.
+
+The shared sections map onto `GRPOConfig` through `training_args.shared_training_args`; the recipe's
+`grpo:` section is passed through by TRL field name (already checked against the dataclass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from llm_rl.components import Components
+from llm_rl.lora import peft_config
+from llm_rl.recipe import Recipe
+from llm_rl.training_args import shared_training_args, world_size
+
+# TRL's GRPO log names -> the unified names of metrics.jsonl (DESIGN.md).
+METRIC_NAMES = {
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "reward/group_std": "reward/group_std",
+    "frac_reward_zero_std": "reward/frac_zero_std",
+    "kl": "kl",
+    "grad_norm": "grad_norm",
+    "loss": "loss/policy",
+    "learning_rate": "learning_rate",
+    "completions/mean_length": "completion_length/mean",
+    "completions/clipped_ratio": "completion_length/clipped_ratio",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "policy/clipfrac",
+}
+
+
+def group_size(recipe: Recipe) -> int:
+    """Completions per prompt (TRL's `num_generations`)."""
+    return recipe.grpo.get("num_generations", 8)
+
+
+def samples_per_step(recipe: Recipe) -> int:
+    """New prompt-completion pairs per optimizer update, over all processes.
+
+    Each update trains on `per_device_batch_size x gradient_accumulation_steps` completions per process;
+    with `num_iterations` > 1 each generated completion is trained on that many times.
+    """
+    training = recipe.training
+    per_update = training.per_device_batch_size * training.gradient_accumulation_steps * world_size()
+    return max(1, per_update // recipe.grpo.get("num_iterations", 1))
+
+
+def count_samples(recipe: Recipe):
+    """The sample counter for the metrics and checkpoint names: updates so far x samples per update."""
+    per_step = samples_per_step(recipe)
+
+    def count(state: Any, logs: dict[str, Any]) -> int:
+        return state.global_step * per_step
+
+    return count
+
+
+def grpo_config(recipe: Recipe) -> GRPOConfig:
+    """The `GRPOConfig` for a recipe: shared sections first, then the recipe's own `grpo:` keys."""
+    generation = recipe.generation
+    fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
+    fields.update(
+        max_completion_length=generation.max_new_tokens,
+        temperature=generation.temperature,
+        top_p=generation.top_p,
+        top_k=generation.top_k,
+        reward_weights=[entry.weight for entry in recipe.rewards],
+        trust_remote_code=recipe.model.trust_remote_code,
+    )
+    fields.update(recipe.grpo)
+    return GRPOConfig(**fields)
+
+
+class UnifiedGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`).
+
+    TRL logs the spread over the whole batch; the spread inside each prompt's group is what GRPO's
+    advantages are made of, so a group spread near zero means no learning signal.
+    """
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        spread = rewards.view(-1, group).std(dim=1, unbiased=False).mean()
+        self._metrics[mode]["reward/group_std"].append(float(spread))
+        return rewards_per_func
+
+
+def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> GRPOTrainer:
+    """A ready-to-train `GRPOTrainer` over the recipe's prompts and reward functions."""
+    recipe = components.recipe
+    return UnifiedGRPOTrainer(
+        model=components.policy,
+        reward_funcs=list(components.rewards.functions),
+        args=grpo_config(recipe),
+        train_dataset=components.data.train,
+        processing_class=components.tokenizer,
+        callbacks=callbacks,
+        peft_config=peft_config(recipe.model.lora),
+    )

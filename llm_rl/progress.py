@@ -1,0 +1,37 @@
+"""What a person watching the terminal sees: the trainer's progress bar and a short line of metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm.auto import tqdm
+from transformers import ProgressCallback
+
+SHOWN = ("reward/mean", "kl", "grad_norm", "loss/policy", "loss/value", "completion_length/mean")
+
+
+class QuietProgressCallback(ProgressCallback):
+    """The trainer's progress bar without its dump of every raw log dict (we print our own line)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return
+
+
+class ProgressLine:
+    """Prints a line of unified metrics for about `lines` of the `total_rows` rows of a run."""
+
+    def __init__(self, total_rows: int, lines: int = 20, enabled: bool = True) -> None:
+        self.every = max(1, total_rows // lines)
+        self.enabled = enabled
+        self._seen = 0
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        self._seen += 1
+        if self.enabled and (self._seen - 1) % self.every == 0:
+            tqdm.write(format_row(row))
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """`step 10  samples 640  reward/mean 0.31  kl 0.002 ...`"""
+    shown = [f"{key} {row[key]:.4g}" for key in SHOWN if isinstance(row.get(key), int | float)]
+    return f"step {row['step']:>5}  samples {row['samples']:>7}  " + "  ".join(shown)

@@ -1,0 +1,168 @@
+"""A training run from a validated recipe, as a fixed sequence of short, named steps.
+
+seed -> components (tokenizer, prompts, rewards, policy: all bad input is found here, before the run
+folder is touched) -> run folder -> trainer -> train -> final model -> run summary.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from transformers import ProgressCallback, Trainer, set_seed
+
+from llm_rl.checkpoints import SampleNamedCheckpoints, list_checkpoints
+from llm_rl.components import Components
+from llm_rl.data import load_prompt_data
+from llm_rl.metrics import MetricsCallback
+from llm_rl.models import load_policy, load_tokenizer, resolve_model_path
+from llm_rl.monitoring import make_sinks
+from llm_rl.progress import ProgressLine, QuietProgressCallback
+from llm_rl.recipe import Recipe
+from llm_rl.rewards import build_reward_functions
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+RECIPE_FILE = "recipe.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "run_summary.json"
+FINAL_DIR = "final"
+
+
+def algorithm_module(algorithm: str) -> ModuleType:
+    """The trainer builder of an algorithm: `llm_rl.grpo` or `llm_rl.ppo`."""
+    return importlib.import_module(f"llm_rl.{algorithm}")
+
+
+def is_main_process() -> bool:
+    """Rank 0 writes the run folder; other ranks only train."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def build_components(recipe: Recipe) -> Components:
+    """Load everything the recipe names; every error here is the user's to fix (exit code 2)."""
+    tokenizer = load_tokenizer(recipe.model)
+    data = load_prompt_data(recipe.data, tokenizer, recipe.run.seed)
+    rewards = build_reward_functions(recipe.rewards)
+    policy_path = resolve_model_path(recipe.model.policy)
+    policy = load_policy(recipe.model, recipe.training.precision)
+    return Components(recipe, tokenizer, policy, data, rewards, policy_path)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all: a crash never leaves half of it."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def find_resume_checkpoint(recipe: Recipe) -> Path | None:
+    """The checkpoint to continue from: `auto` takes the latest complete one in the run folder."""
+    resume = recipe.checkpointing.resume
+    if resume == "never":
+        return None
+    if resume != "auto":
+        return Path(resume)
+    checkpoints = list_checkpoints(recipe.output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The optimizer step a checkpoint was saved at."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return int(state["global_step"])
+
+
+def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
+    """Create the run folder with the resolved recipe; keep only the metric rows a resume continues from."""
+    folder = recipe.output_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    (folder / SUMMARY_FILE).unlink(missing_ok=True)
+    metrics = folder / METRICS_FILE
+    kept = []
+    if resume_from is not None and metrics.exists():
+        last_step = checkpoint_step(resume_from)
+        kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= last_step]
+    write_atomic(metrics, "".join(f"{line}\n" for line in kept))
+    return folder
+
+
+def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
+    """Save the trained policy and tokenizer as a `save_pretrained` folder, replacing any earlier one."""
+    final = folder / FINAL_DIR
+    partial = folder / f".{FINAL_DIR}.partial"
+    trainer.save_model(str(partial))
+    trainer.accelerator.wait_for_everyone()
+    if is_main_process():
+        components.tokenizer.save_pretrained(str(partial))
+        if final.exists():
+            shutil.rmtree(final)
+        partial.rename(final)
+    return final
+
+
+def read_rows(folder: Path) -> list[dict[str, Any]]:
+    """The metric rows of a run folder."""
+    path = folder / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def make_summary(
+    recipe: Recipe, status: str, trainer: Trainer | None, samples: int, started: float, resumed: Path | None
+) -> dict[str, Any]:
+    """The run summary (DESIGN.md, run_summary.json)."""
+    rewards = [row["reward/mean"] for row in read_rows(recipe.output_dir) if row.get("reward/mean") is not None]
+    return {
+        "status": status,
+        "algorithm": recipe.algorithm,
+        "steps": trainer.state.global_step if trainer is not None else 0,
+        "samples": samples,
+        "best_reward": max(rewards) if rewards else None,
+        "final_reward": rewards[-1] if rewards else None,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "checkpoints": [str(path) for path in list_checkpoints(recipe.output_dir)],
+        "resumed_from": str(resumed) if resumed else None,
+    }
+
+
+def train(recipe: Recipe) -> dict[str, Any]:
+    """Run a recipe to the end and return its summary; the run folder is consistent whatever happens."""
+    started = time.perf_counter()
+    set_seed(recipe.run.seed)
+    components = build_components(recipe)
+    resume_from = find_resume_checkpoint(recipe)
+    folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
+    algorithm = algorithm_module(recipe.algorithm)
+    count_samples = algorithm.count_samples(recipe)
+    metrics = MetricsCallback(
+        algorithm.METRIC_NAMES,
+        count_samples,
+        make_sinks(recipe, folder) if is_main_process() else [],
+    )
+    trainer = algorithm.build_trainer(components, [metrics, SampleNamedCheckpoints(count_samples)])
+    total_rows = trainer.args.max_steps // trainer.args.logging_steps
+    metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(QuietProgressCallback())
+    status = "failed"
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        save_final(trainer, components, folder)
+        status = "completed"
+    finally:
+        metrics.close()
+        samples = count_samples(trainer.state, {})
+        summary = make_summary(recipe, status, trainer, samples, started, resume_from)
+        if is_main_process():
+            write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,85 @@
+"""The shared recipe sections mapped onto the `TrainingArguments` fields that GRPOConfig and PPOConfig share.
+
+Also picks the device settings itself when no GPU is present (DESIGN.md: CPU runs need `bf16=False`,
+and multi-process CPU runs need `ddp_backend="gloo"`), so that users never have to.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+from llm_rl.recipe import Recipe
+
+
+def world_size() -> int:
+    """Processes in this run, as set by `accelerate launch` or torchrun (1 for a plain python run)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def under_deepspeed() -> bool:
+    """True when `accelerate launch` was given a DeepSpeed config."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def device_args(precision: str) -> dict[str, Any]:
+    """Precision and backend settings for this machine."""
+    has_gpu = torch.cuda.is_available()
+    if precision == "auto":
+        precision = "bf16" if has_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    args: dict[str, Any] = {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+    if not has_gpu:
+        # DeepSpeed on CPU runs on its own `cpu` accelerator: `use_cpu` would bypass it.
+        args["use_cpu"] = not under_deepspeed()
+        if world_size() > 1:
+            args["ddp_backend"] = "gloo"
+    return args
+
+
+def steps_for_budget(recipe: Recipe, samples_per_step: int) -> int:
+    """Optimizer updates for the recipe's budget: `training.max_steps`, or `total_samples` rounded up."""
+    training = recipe.training
+    if training.max_steps is not None:
+        return training.max_steps
+    if training.total_samples is not None:
+        return math.ceil(training.total_samples / samples_per_step)
+    return math.ceil(10_000 / samples_per_step)
+
+
+def save_every_steps(recipe: Recipe, samples_per_step: int) -> int:
+    """`checkpointing.every` in optimizer updates."""
+    every = recipe.checkpointing.every
+    if recipe.checkpointing.unit == "steps":
+        return every
+    return max(1, math.ceil(every / samples_per_step))
+
+
+def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any]:
+    """TrainingArguments fields set from the shared sections; each trainer builder adds its own."""
+    training = recipe.training
+    max_steps = steps_for_budget(recipe, samples_per_step)
+    return {
+        "output_dir": str(recipe.output_dir),
+        "run_name": recipe.run_name,
+        "seed": recipe.run.seed,
+        "learning_rate": training.learning_rate,
+        "max_steps": max_steps,
+        "per_device_train_batch_size": training.per_device_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "lr_scheduler_type": training.lr_scheduler,
+        "warmup_steps": math.ceil(training.warmup_ratio * max_steps),
+        "weight_decay": training.weight_decay,
+        "max_grad_norm": training.max_grad_norm or 0.0,
+        "logging_steps": training.logging_steps,
+        "gradient_checkpointing": recipe.model.gradient_checkpointing,
+        "save_strategy": "steps",
+        "save_steps": save_every_steps(recipe, samples_per_step),
+        "save_total_limit": recipe.checkpointing.keep_last,
+        # Metrics reach wandb and TensorBoard through our own callback, under the unified names.
+        "report_to": "none",
+        "disable_tqdm": not recipe.monitoring.progress,
+        **device_args(training.precision),
+    }

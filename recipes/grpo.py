@@ -1,0 +1,14 @@
+"""GRPO training: `accelerate launch recipes/grpo.py [--config RECIPE.yaml] [--set key=value ...]`.
+
+With no --config it trains the embedded default (a tiny model on single-digit sums) on CPU.
+"""
+
+import sys
+from pathlib import Path
+
+from llm_rl.cli import entry_point
+
+DEFAULT_RECIPE = Path(__file__).resolve().parent / "arithmetic" / "grpo.yaml"
+
+if __name__ == "__main__":
+    sys.exit(entry_point("grpo", DEFAULT_RECIPE))
