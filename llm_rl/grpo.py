@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from llm_rl.components import Components
+from llm_rl.errors import RecipeError
 from llm_rl.lora import peft_config
 from llm_rl.recipe import Recipe
 from llm_rl.training_args import shared_training_args, world_size
@@ -59,7 +60,7 @@ def count_samples(recipe: Recipe):
     return count
 
 
-def grpo_config(recipe: Recipe) -> GRPOConfig:
+def trl_config(recipe: Recipe) -> GRPOConfig:
     """The `GRPOConfig` for a recipe: shared sections first, then the recipe's own `grpo:` keys."""
     generation = recipe.generation
     fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
@@ -72,7 +73,10 @@ def grpo_config(recipe: Recipe) -> GRPOConfig:
         trust_remote_code=recipe.model.trust_remote_code,
     )
     fields.update(recipe.grpo)
-    return GRPOConfig(**fields)
+    try:
+        return GRPOConfig(**fields)
+    except (ValueError, TypeError) as err:
+        raise RecipeError(f"grpo: TRL's GRPOConfig rejects these settings: {err}") from None
 
 
 class UnifiedGRPOTrainer(GRPOTrainer):
@@ -99,7 +103,7 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> G
     return UnifiedGRPOTrainer(
         model=components.policy,
         reward_funcs=list(components.rewards.functions),
-        args=grpo_config(recipe),
+        args=trl_config(recipe),
         train_dataset=components.data.train,
         processing_class=components.tokenizer,
         callbacks=callbacks,

@@ -168,3 +168,12 @@ class MetricsCallback(TrainerCallback):
     def _is_training_log(logs: dict[str, Any]) -> bool:
         """The end-of-training summary log (train_runtime, ...) and eval logs are not rows."""
         return "train_runtime" not in logs and not any(k.startswith("eval_") for k in logs)
+
+
+def first_and_last_mean(rows: list[dict[str, Any]], key: str = "reward/mean", fraction: float = 0.2) -> tuple[float, float]:
+    """Mean of `key` over the first and the last `fraction` of rows (rows without the key skipped)."""
+    values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
+    if not values:
+        raise ValueError(f"no rows with {key!r}")
+    window = max(1, round(len(values) * fraction))
+    return sum(values[:window]) / window, sum(values[-window:]) / window

@@ -64,9 +64,14 @@ class ModelSection(Section):
 class ArithmeticTaskSection(Section):
     """Settings of the built-in arithmetic task (`data.source: builtin:arithmetic`)."""
 
-    # Operands are drawn from 0..max_operand.
-    max_operand: int = Field(4, ge=1, le=99)
+    # Operands are drawn uniformly from min_operand..max_operand (inclusive; min_operand <= max_operand).
+    # Single digits by default: two-digit sums do not learn on a CPU (DESIGN.md).
+    min_operand: int = Field(0, ge=0, le=99)
+    # The largest operand; the embedded tiny model is warmed up on 0..9.
+    max_operand: int = Field(9, ge=1, le=99)
+    # Rows of the train split (drawn with replacement, seeded by run.seed).
     num_train: int = Field(2000, gt=0)
+    # Rows of the eval split, drawn with another seed; 0: no eval split.
     num_eval: int = Field(200, ge=0)
 
 
@@ -74,7 +79,8 @@ class DataSection(Section):
     # A local jsonl/json/parquet/csv file, a save_to_disk folder, a hub id, or "builtin:<task>".
     source: str = "builtin:arithmetic"
     split: str = "train"
-    # A split of the same source for held-out prompts; none by default for files.
+    # A split of the same source for held-out prompts: none by default for files and folders, the task's
+    # own "eval" split by default for builtin tasks.
     eval_split: str | None = None
     prompt_column: str = "prompt"
     # Extra columns passed to the reward functions as keyword arguments; None: all of them.
@@ -150,10 +156,16 @@ class CheckpointingSection(Section):
 
 
 class EarlyStoppingSection(Section):
+    """Stop when the metric, averaged over each round of logging rows, stops improving."""
+
     enabled: bool = False
+    # A key of metrics.jsonl.
     metric: str = "reward/mean"
+    # Rounds without an improvement of more than min_delta over the best round before stopping.
     patience: int = Field(5, gt=0)
     min_delta: float = Field(0.0, ge=0.0)
+    # Logging rows per round; the round's mean is the smoothed value compared (RL rewards are noisy).
+    rows_per_round: int = Field(10, gt=0)
     mode: Literal["max", "min"] = "max"
 
 

@@ -21,6 +21,7 @@ from transformers import ProgressCallback, Trainer, set_seed
 from llm_rl.checkpoints import SampleNamedCheckpoints, list_checkpoints
 from llm_rl.components import Components
 from llm_rl.data import load_prompt_data
+from llm_rl.early_stopping import EarlyStopping
 from llm_rl.metrics import MetricsCallback
 from llm_rl.models import load_policy, load_tokenizer, resolve_model_path
 from llm_rl.monitoring import make_sinks
@@ -140,25 +141,31 @@ def train(recipe: Recipe) -> dict[str, Any]:
     started = time.perf_counter()
     set_seed(recipe.run.seed)
     components = build_components(recipe)
+    algorithm = algorithm_module(recipe.algorithm)
+    algorithm.trl_config(recipe)
     resume_from = find_resume_checkpoint(recipe)
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
-    algorithm = algorithm_module(recipe.algorithm)
     count_samples = algorithm.count_samples(recipe)
     metrics = MetricsCallback(
         algorithm.METRIC_NAMES,
         count_samples,
         make_sinks(recipe, folder) if is_main_process() else [],
     )
-    trainer = algorithm.build_trainer(components, [metrics, SampleNamedCheckpoints(count_samples)])
+    callbacks = [metrics, SampleNamedCheckpoints(count_samples)]
+    early_stopping = EarlyStopping(recipe.early_stopping) if recipe.early_stopping.enabled else None
+    if early_stopping is not None:
+        metrics.on_row.append(early_stopping)
+        callbacks.append(early_stopping)
+    trainer = algorithm.build_trainer(components, callbacks)
     total_rows = trainer.args.max_steps // trainer.args.logging_steps
     metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(QuietProgressCallback())
     status = "failed"
     try:
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
         save_final(trainer, components, folder)
-        status = "completed"
+        status = "early_stopped" if early_stopping and early_stopping.triggered else "completed"
     finally:
         metrics.close()
         samples = count_samples(trainer.state, {})

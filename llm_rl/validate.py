@@ -33,6 +33,7 @@ def describe_run(recipe: Recipe) -> str:
     """A summary of what `llm-rl train` would run, after loading all of it."""
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
+    algorithm.trl_config(recipe)
     per_step = algorithm.samples_per_step(recipe)
     steps = steps_for_budget(recipe, per_step)
     data = components.data
