@@ -1,0 +1,168 @@
+"""`reward_model`: the score a local sequence-classification model gives each prompt + completion.
+
+The model and its own tokenizer load once, when the reward is built. Plain-text samples are scored as
+`prompt + completion`; conversational ones as prompt messages + the reply, through the reward
+tokenizer's chat template when it has one. Texts go through the model in batches, right-padded, under
+`torch.inference_mode`, and the score is `logits[:, 0]`, optionally normalized then clipped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, validate_call
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from llm_rl.rewards.base import (
+    RewardFunction,
+    RewardParameterError,
+    completion_text,
+    is_conversational,
+    message_text,
+)
+
+STRICT = ConfigDict(strict=True)
+
+
+class Normalization(BaseModel):
+    """`normalize: {mean, std}`: scores become (score - mean) / std, e.g. the reward model's own stats."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    mean: float
+    std: Annotated[float, Field(gt=0)]
+
+
+def default_device() -> torch.device:
+    """This process's GPU when there is one (LOCAL_RANK under accelerate or torchrun), else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def parse_device(device: str | None) -> torch.device:
+    """The torch device a recipe names, or the default one."""
+    if device is None:
+        return default_device()
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise RewardParameterError("device", f"not a torch device {device!r} ({err})") from None
+
+
+def load_reward_model(path: str, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:
+    """The sequence-classification model and its tokenizer from a local folder, or an error naming it."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise RewardParameterError("path", f"no such folder {path!r} (a reward model is a local folder)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            folder, dtype=dtype, trust_remote_code=trust_remote_code
+        )
+    except Exception as err:  # transformers raises OSError, ValueError, KeyError... for bad folders
+        raise RewardParameterError(
+            "path", f"cannot load a sequence-classification model from {path!r} ({type(err).__name__}: {err})"
+        ) from None
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise RewardParameterError(
+                "path", f"the tokenizer in {path!r} has neither a pad nor an EOS token"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+class RewardModelScorer:
+    """The reward function: scores batches of samples with the loaded model."""
+
+    __name__ = "reward_model"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int,
+        max_length: int | None,
+        normalize: Normalization | None,
+        clip: list[float] | None,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.normalize = normalize
+        self.clip = clip
+
+    def text(self, prompt: Any, completion: Any) -> str:
+        """One sample as the text the reward model reads."""
+        if not is_conversational(prompt):
+            return str(prompt) + completion_text(completion)
+        reply = (
+            completion
+            if is_conversational(completion)
+            else [{"role": "assistant", "content": completion_text(completion)}]
+        )
+        messages = list(prompt) + list(reply)
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False)
+        return "\n".join(message_text(m) for m in messages)
+
+    @torch.inference_mode()
+    def score(self, texts: list[str], add_special_tokens: bool) -> list[float]:
+        """The model's logits[:, 0] for a batch of texts, right-padded (positions match unpadded runs)."""
+        batch = self.tokenizer(
+            texts,
+            return_tensors="pt",
+            padding=True,
+            padding_side="right",
+            truncation=self.max_length is not None,
+            max_length=self.max_length,
+            add_special_tokens=add_special_tokens,
+        ).to(self.model.device)
+        return self.model(**batch).logits[:, 0].float().tolist()
+
+    def adjust(self, score: float) -> float:
+        """Normalize, then clip, one raw score as the recipe asks."""
+        if self.normalize is not None:
+            score = (score - self.normalize.mean) / self.normalize.std
+        if self.clip is not None:
+            score = min(max(score, self.clip[0]), self.clip[1])
+        return score
+
+    def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: Any = None, **kwargs: Any):
+        texts = [self.text(p, c) for p, c in zip(prompts, completions, strict=True)]
+        # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
+        templated = bool(prompts) and is_conversational(prompts[0]) and bool(self.tokenizer.chat_template)
+        scores: list[float] = []
+        for start in range(0, len(texts), self.batch_size):
+            scores.extend(self.score(texts[start : start + self.batch_size], not templated))
+        return [self.adjust(s) for s in scores]
+
+
+@validate_call(config=STRICT)
+def reward_model_reward(
+    path: str,
+    batch_size: Annotated[int, Field(gt=0)] = 8,
+    device: str | None = None,
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
+    max_length: Annotated[int, Field(gt=0)] | None = None,
+    normalize: Normalization | None = None,
+    clip: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None,
+    trust_remote_code: bool = False,
+) -> RewardFunction:
+    """Scores from the sequence-classification model in the local folder `path` (module docstring).
+
+    `device` defaults to this process's GPU, else the CPU; `max_length` truncates long texts (tokens);
+    `clip: [lo, hi]` applies after `normalize`. `trust_remote_code` runs the folder's own code.
+    """
+    if clip is not None and clip[0] > clip[1]:
+        raise RewardParameterError("clip", f"expected [lo, hi] with lo <= hi, got {clip}")
+    torch_device = parse_device(device)
+    model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
+    return RewardModelScorer(model.to(torch_device), tokenizer, batch_size, max_length, normalize, clip)
