@@ -51,7 +51,10 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except Exception as err:
         if args.debug:
             raise
-        print(f"training failed: {type(err).__name__}: {err} (run with --debug for the traceback)", file=sys.stderr)
+        print(
+            f"training failed: {type(err).__name__}: {err} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 

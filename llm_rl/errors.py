@@ -29,3 +29,9 @@ class RewardError(UserInputError):
 
 class ModelError(UserInputError):
     """A model or tokenizer path that does not load."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (library errors can run to pages)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

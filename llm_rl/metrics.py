@@ -170,7 +170,9 @@ class MetricsCallback(TrainerCallback):
         return "train_runtime" not in logs and not any(k.startswith("eval_") for k in logs)
 
 
-def first_and_last_mean(rows: list[dict[str, Any]], key: str = "reward/mean", fraction: float = 0.2) -> tuple[float, float]:
+def first_and_last_mean(
+    rows: list[dict[str, Any]], key: str = "reward/mean", fraction: float = 0.2
+) -> tuple[float, float]:
     """Mean of `key` over the first and the last `fraction` of rows (rows without the key skipped)."""
     values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
     if not values:

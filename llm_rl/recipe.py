@@ -330,6 +330,10 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# The two ways to give a run's length; a recipe gives one.
+BUDGET_KEYS = {"max_steps", "total_samples"}
+
+
 def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
     """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
     key, sep, text = override.partition("=")
@@ -347,6 +351,10 @@ def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
             raise RecipeError(f"--set {key}: {part!r} is not a section", where=where)
         node = child
     node[parts[-1]] = value
+    if parts[0] == "training" and len(parts) == 2 and parts[1] in BUDGET_KEYS and value is not None:
+        # A budget given on the command line replaces the recipe's, in whichever unit it was given.
+        for other in BUDGET_KEYS - {parts[1]}:
+            node.pop(other, None)
 
 
 def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:

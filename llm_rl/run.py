@@ -122,7 +122,9 @@ def make_summary(
     recipe: Recipe, status: str, trainer: Trainer | None, samples: int, started: float, resumed: Path | None
 ) -> dict[str, Any]:
     """The run summary (DESIGN.md, run_summary.json)."""
-    rewards = [row["reward/mean"] for row in read_rows(recipe.output_dir) if row.get("reward/mean") is not None]
+    rewards = [
+        row["reward/mean"] for row in read_rows(recipe.output_dir) if row.get("reward/mean") is not None
+    ]
     return {
         "status": status,
         "algorithm": recipe.algorithm,

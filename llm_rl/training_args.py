@@ -6,11 +6,13 @@ and multi-process CPU runs need `ddp_backend="gloo"`), so that users never have 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
 
 import torch
+from transformers import TrainingArguments
 
 from llm_rl.recipe import Recipe
 
@@ -57,6 +59,12 @@ def save_every_steps(recipe: Recipe, samples_per_step: int) -> int:
     return max(1, math.ceil(every / samples_per_step))
 
 
+def checkpointing_field() -> str:
+    """The TrainingArguments name of activation checkpointing (`gradient_checkpointing` before transformers 5)."""
+    names = {field.name for field in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+
 def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any]:
     """TrainingArguments fields set from the shared sections; each trainer builder adds its own."""
     training = recipe.training
@@ -74,7 +82,7 @@ def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any
         "weight_decay": training.weight_decay,
         "max_grad_norm": training.max_grad_norm or 0.0,
         "logging_steps": training.logging_steps,
-        "gradient_checkpointing": recipe.model.gradient_checkpointing,
+        checkpointing_field(): recipe.model.gradient_checkpointing,
         "save_strategy": "steps",
         "save_steps": save_every_steps(recipe, samples_per_step),
         "save_total_limit": recipe.checkpointing.keep_last,

@@ -28,11 +28,16 @@ def run_seed(algorithm: str, seed: int, output_dir: Path, overrides: list[str]) 
     command = [
         sys.executable,
         str(REPO / "recipes" / f"{algorithm}.py"),
-        "--set", f"run.seed={seed}",
-        "--set", f"run.output_dir={output_dir}",
-        "--set", "monitoring.wandb.mode=disabled",
-        "--set", "monitoring.progress=false",
-        "--set", "checkpointing.resume=never",
+        "--set",
+        f"run.seed={seed}",
+        "--set",
+        f"run.output_dir={output_dir}",
+        "--set",
+        "monitoring.wandb.mode=disabled",
+        "--set",
+        "monitoring.progress=false",
+        "--set",
+        "checkpointing.resume=never",
     ]
     for override in overrides:
         command += ["--set", override]
@@ -42,7 +47,9 @@ def run_seed(algorithm: str, seed: int, output_dir: Path, overrides: list[str]) 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--algorithm", choices=["grpo", "ppo"], default="grpo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--output-root", type=Path, default=REPO / "runs" / "learning_curve")
@@ -55,7 +62,9 @@ def main() -> int:
         seconds = run_seed(args.algorithm, seed, output_dir, args.overrides)
         first, last = first_and_last_mean(read_rows(output_dir))
         summary = json.loads((output_dir / "run_summary.json").read_text())
-        print(f"{seed:>4}  {first:>9.3f}  {last:>8.3f}  {last - first:>+6.3f}  {summary['samples']:>7}  {seconds:>7.1f}")
+        print(
+            f"{seed:>4}  {first:>9.3f}  {last:>8.3f}  {last - first:>+6.3f}  {summary['samples']:>7}  {seconds:>7.1f}"
+        )
     return 0
 
 

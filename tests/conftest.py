@@ -19,10 +19,14 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def run_entry(args: list[str], timeout: float = 300, launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+def run_entry(
+    args: list[str], timeout: float = 300, launcher: list[str] | None = None
+) -> subprocess.CompletedProcess:
     """Run a repo script (e.g. `recipes/grpo.py ...`) in a fresh process, as a user would."""
     command = (launcher or [sys.executable]) + args
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    return subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+    )
 
 
 @pytest.fixture(scope="session")

@@ -21,21 +21,33 @@ def write(path: Path, data: dict | str) -> Path:
 
 BAD_RECIPES = [
     ({"trainig": {}}, "trainig: unknown key"),
-    ({"training": {"learning_rat": 0.1}}, "training.learning_rat: unknown key (did you mean 'learning_rate'?)"),
+    (
+        {"training": {"learning_rat": 0.1}},
+        "training.learning_rat: unknown key (did you mean 'learning_rate'?)",
+    ),
     ({"training": {"learning_rate": "fast"}}, "training.learning_rate: input should be a valid number"),
     ({"training": {"max_steps": 0}}, "training.max_steps: input should be greater than 0"),
     ({"training": {"max_steps": 1.5}}, "training.max_steps: input should be a valid integer"),
     ({"algorithm": "dpo"}, "algorithm: input should be 'grpo' or 'ppo'"),
     ({"rewards": []}, "rewards: value error, at least one reward function is needed"),
     ({"rewards": [{"weight": 1.0}]}, "rewards[0].name: field required"),
-    ({"rewards": [{"name": "accuracy", "weight": "high"}]}, "rewards[0].weight: input should be a valid number"),
+    (
+        {"rewards": [{"name": "accuracy", "weight": "high"}]},
+        "rewards[0].weight: input should be a valid number",
+    ),
     ({"checkpointing": {"unit": "epochs"}}, "checkpointing.unit: input should be 'samples' or 'steps'"),
     ({"monitoring": {"wandb": {"mode": "on"}}}, "monitoring.wandb.mode: input should be"),
     ({"early_stopping": {"patience": 0}}, "early_stopping.patience: input should be greater than 0"),
     ({"model": {"lora": {"rank": 8}}}, "model.lora.rank: unknown key (did you mean 'r'?)"),
     ({"training": {"max_steps": 5, "total_samples": 100}}, "give one budget"),
-    ({"grpo": {"num_generaions": 4}}, "grpo.num_generaions: not a field of TRL's GRPOConfig (did you mean 'num_generations'?)"),
-    ({"grpo": {"learning_rate": 0.1}}, "grpo.learning_rate: set by the shared section; use training.learning_rate"),
+    (
+        {"grpo": {"num_generaions": 4}},
+        "grpo.num_generaions: not a field of TRL's GRPOConfig (did you mean 'num_generations'?)",
+    ),
+    (
+        {"grpo": {"learning_rate": 0.1}},
+        "grpo.learning_rate: set by the shared section; use training.learning_rate",
+    ),
     ({"ppo": {"kl_coeff": 0.1}}, "ppo.kl_coeff: not a field of TRL's PPOConfig (did you mean 'kl_coef'?)"),
     (
         {"training": {"per_device_batch_size": 6}, "grpo": {"num_generations": 4}},
@@ -46,7 +58,10 @@ BAD_RECIPES = [
         {"rewards": [{"name": "accuracy"}, {"name": "accuracy"}]},
         "rewards: 'accuracy' appears twice; give one of them an alias",
     ),
-    ({"checkpointing": {"resume": "/no/such/checkpoint"}}, "checkpointing.resume: '/no/such/checkpoint' is neither"),
+    (
+        {"checkpointing": {"resume": "/no/such/checkpoint"}},
+        "checkpointing.resume: '/no/such/checkpoint' is neither",
+    ),
 ]
 
 
@@ -73,7 +88,10 @@ def test_extends_deep_merges_relative_to_the_file(tmp_path: Path) -> None:
     (tmp_path / "base").mkdir()
     write(
         tmp_path / "base" / "base.yaml",
-        {"training": {"learning_rate": 0.01, "max_steps": 7}, "rewards": [{"name": "accuracy"}, {"name": "format"}]},
+        {
+            "training": {"learning_rate": 0.01, "max_steps": 7},
+            "rewards": [{"name": "accuracy"}, {"name": "format"}],
+        },
     )
     path = write(
         tmp_path / "top.yaml",
@@ -137,7 +155,13 @@ def test_trl_field_names_are_accepted(tmp_path: Path) -> None:
     path = write(
         tmp_path / "r.yaml",
         {
-            "grpo": {"num_generations": 4, "beta": 0.04, "loss_type": "grpo", "epsilon": 0.3, "scale_rewards": "batch"},
+            "grpo": {
+                "num_generations": 4,
+                "beta": 0.04,
+                "loss_type": "grpo",
+                "epsilon": 0.3,
+                "scale_rewards": "batch",
+            },
             "ppo": {"kl_coef": 0.1, "cliprange": 0.1, "num_ppo_epochs": 2, "value_model": "policy"},
             "training": {"per_device_batch_size": 8},
         },

@@ -1,0 +1,93 @@
+"""Loading the policy and its tokenizer from what a recipe's `model` section names.
+
+`model.policy` is a local `save_pretrained` folder, a hub id (for users online), or `builtin:<name>`
+for a model built locally (`builtin:tiny-arithmetic`, the embedded default).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from llm_rl.errors import ModelError, first_line
+from llm_rl.recipe import ModelSection
+from llm_rl.tiny_model import tiny_model_path
+
+BUILTIN_PREFIX = "builtin:"
+# Built-in model name -> the function that builds (or finds in the cache) its folder.
+BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny-arithmetic": tiny_model_path}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_model_path(name: str) -> str:
+    """A folder for builtin and local models; a hub id is returned unchanged."""
+    if name.startswith(BUILTIN_PREFIX):
+        return str(builtin_model_path(name[len(BUILTIN_PREFIX) :]))
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError("folder has no config.json: not a save_pretrained model", where=name)
+        return str(path)
+    if path.exists():
+        raise ModelError("is a file; a model is a save_pretrained folder", where=name)
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        raise ModelError("model folder not found", where=name)
+    return name
+
+
+def builtin_model_path(name: str) -> Path:
+    """The folder of a built-in model, built on first use."""
+    build = BUILTIN_MODELS.get(name)
+    if build is None:
+        close = difflib.get_close_matches(name, list(BUILTIN_MODELS), n=1)
+        hint = f" (did you mean 'builtin:{close[0]}'?)" if close else ""
+        known = ", ".join(f"builtin:{model}" for model in BUILTIN_MODELS)
+        raise ModelError(f"unknown built-in model{hint}; known: {known}", where=f"builtin:{name}")
+    return build()
+
+
+def load_tokenizer(model: ModelSection) -> PreTrainedTokenizerBase:
+    """The tokenizer, left-padded for generation, with a pad token (distinct from EOS where one exists)."""
+    name = model.tokenizer or model.policy
+    path = resolve_model_path(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    except Exception as err:
+        raise ModelError(f"tokenizer does not load: {first_line(err)}", where=name) from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        # PPO reads scores at the last non-pad token, so pad must not be EOS when another token will do.
+        tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(model: ModelSection, precision: str) -> PreTrainedModel:
+    """The policy as a causal LM, in the recipe's dtype (fp32 on CPU unless asked otherwise)."""
+    return load_causal_lm(model, model.policy, precision)
+
+
+def load_causal_lm(model: ModelSection, name: str, precision: str) -> PreTrainedModel:
+    """A causal LM from a builtin name, folder or hub id, with the section's loading options."""
+    path = resolve_model_path(name)
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=model_dtype(model.dtype, precision),
+            trust_remote_code=model.trust_remote_code,
+            attn_implementation=model.attn_implementation,
+        )
+    except Exception as err:
+        raise ModelError(f"model does not load: {first_line(err)}", where=name) from None
+
+
+def model_dtype(dtype: str, precision: str) -> torch.dtype | str:
+    """`model.dtype`; "auto" keeps the checkpoint's dtype on GPU and uses fp32 on CPU (bf16 is slow there)."""
+    if dtype != "auto":
+        return DTYPES[dtype]
+    if not torch.cuda.is_available() or precision == "fp32":
+        return torch.float32
+    return "auto"
