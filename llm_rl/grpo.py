@@ -79,6 +79,10 @@ def trl_config(recipe: Recipe) -> GRPOConfig:
         raise RecipeError(f"grpo: TRL's GRPOConfig rejects these settings: {err}") from None
 
 
+def prepare(components: Components) -> None:
+    """Checks beyond the recipe's that need the loaded data or model: none for GRPO (TRL accepts any size)."""
+
+
 class UnifiedGRPOTrainer(GRPOTrainer):
     """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`).
 

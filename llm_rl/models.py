@@ -23,13 +23,13 @@ BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny-arithmetic": tiny_model_p
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_model_path(name: str) -> str:
-    """A folder for builtin and local models; a hub id is returned unchanged."""
+def resolve_model_path(name: str, needs_config: bool = True) -> str:
+    """A folder for builtin and local models (a tokenizer's folder needs no config.json); a hub id unchanged."""
     if name.startswith(BUILTIN_PREFIX):
         return str(builtin_model_path(name[len(BUILTIN_PREFIX) :]))
     path = Path(name).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if needs_config and not (path / "config.json").is_file():
             raise ModelError("folder has no config.json: not a save_pretrained model", where=name)
         return str(path)
     if path.exists():
@@ -53,7 +53,7 @@ def builtin_model_path(name: str) -> Path:
 def load_tokenizer(model: ModelSection) -> PreTrainedTokenizerBase:
     """The tokenizer, left-padded for generation, with a pad token (distinct from EOS where one exists)."""
     name = model.tokenizer or model.policy
-    path = resolve_model_path(name)
+    path = resolve_model_path(name, needs_config=model.tokenizer is None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
     except Exception as err:

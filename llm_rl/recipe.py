@@ -229,8 +229,7 @@ PPO_OWN_KEYS = {
     "value_model": "policy",
     "critic_learning_rate": None,
     "critic_warmup_steps": 0,
-    "reward_model": None,
-    "none_reward": None,
+    "none_reward": 0.0,
 }
 
 # Fields of TRL's configs that the shared sections own: setting them in grpo:/ppo: would make two

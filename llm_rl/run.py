@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-from transformers import ProgressCallback, Trainer, set_seed
+from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
 from llm_rl.checkpoints import SampleNamedCheckpoints, list_checkpoints
 from llm_rl.components import Components
@@ -145,6 +145,7 @@ def train(recipe: Recipe) -> dict[str, Any]:
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
     algorithm.trl_config(recipe)
+    algorithm.prepare(components)
     resume_from = find_resume_checkpoint(recipe)
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
@@ -161,7 +162,9 @@ def train(recipe: Recipe) -> dict[str, Any]:
     trainer = algorithm.build_trainer(components, callbacks)
     total_rows = trainer.args.max_steps // trainer.args.logging_steps
     metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
+    # TRL's own progress bar and log printer would repeat what ProgressLine shows, under TRL's names.
     trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
     trainer.add_callback(QuietProgressCallback())
     status = "failed"
     try:

@@ -34,6 +34,7 @@ def describe_run(recipe: Recipe) -> str:
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
     algorithm.trl_config(recipe)
+    algorithm.prepare(components)
     per_step = algorithm.samples_per_step(recipe)
     steps = steps_for_budget(recipe, per_step)
     data = components.data

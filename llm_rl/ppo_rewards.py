@@ -1,0 +1,93 @@
+"""The recipe's reward functions, read by PPO: one score per rollout sample.
+
+TRL's PPOTrainer scores rollouts with a reward *model* on token ids, and its collator drops every
+dataset column but `input_ids` (DESIGN.md). `RewardAdapter` stands in that reward step:
+
+1. each prompt row carries its `row_index` (an integer column, which the collator keeps as a tensor),
+   so the adapter finds the row's prompt and dataset columns (the ground truth in `answer`, ...);
+2. it decodes each response (cut at the stop token, special tokens dropped) into the completion text,
+   or into one assistant message when the prompts are conversational, as GRPO passes them;
+3. it calls every reward function with GRPO's signature, `fn(prompts, completions, completion_ids,
+   **columns)`, so the same `rewards:` list drives both algorithms unchanged;
+4. it sums the weighted values per sample. `None` means "not applicable", as under GRPO: it adds
+   nothing to the sum; a sample for which every function returns None scores `ppo.none_reward`
+   (default 0.0), since PPO needs a number for every sample.
+
+Learned reward models are reward functions like the others (`name: reward_model`): they read the
+decoded text through their own tokenizer, so a reward model that shares the policy's tokenizer and one
+that does not both work. Per-reward values are returned too, for `rewards/<name>/mean|std` metrics
+under the same names as GRPO.
+"""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
+
+from llm_rl.rewards import RewardSet
+
+
+class RewardAdapter(torch.nn.Module):
+    """Scores PPO rollouts with the recipe's reward functions (module docstring).
+
+    A module with no parameters, so that it can take the place of TRL's reward model.
+    """
+
+    def __init__(
+        self,
+        rewards: RewardSet,
+        prompts: Dataset,
+        tokenizer: PreTrainedTokenizerBase,
+        none_reward: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.rewards = rewards
+        self.prompts = prompts
+        self.tokenizer = tokenizer
+        self.none_reward = none_reward
+        self.register_buffer("weights", torch.tensor(rewards.weights, dtype=torch.float32), persistent=False)
+
+    def decode(self, responses: torch.Tensor) -> tuple[list[str], list[list[int]]]:
+        """The completion texts and their token ids, padding removed."""
+        pad = self.tokenizer.pad_token_id
+        ids = [[token for token in row if token != pad] for row in responses.tolist()]
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True), ids
+
+    def per_function(self, row_indices: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """A (samples, functions) matrix of reward values, NaN where a function returned None."""
+        rows = self.prompts[row_indices.tolist()]
+        prompts = rows.pop("prompt")
+        texts, ids = self.decode(responses)
+        conversational = bool(prompts) and isinstance(prompts[0], list)
+        completions = (
+            [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        )
+        columns = []
+        for function in self.rewards.functions:
+            values = function(prompts=prompts, completions=completions, completion_ids=ids, **rows)
+            columns.append([float("nan") if value is None else value for value in values])
+        return torch.tensor(columns, dtype=torch.float32).T.contiguous()
+
+    def combine(self, values: torch.Tensor) -> torch.Tensor:
+        """The weighted sum per sample; `none_reward` where no function applied."""
+        weights = self.weights.to(values.device)
+        total = (values * weights).nansum(dim=1)
+        return torch.where(torch.isnan(values).all(dim=1), torch.full_like(total, self.none_reward), total)
+
+    def forward(
+        self, row_indices: torch.Tensor, responses: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores, per-function values) for a batch of rollouts, on the responses' device."""
+        values = self.per_function(row_indices, responses).to(responses.device)
+        return self.combine(values), values
+
+
+def reward_metrics(values: torch.Tensor, names: list[str]) -> dict[str, float]:
+    """`rewards/<name>/mean` and `/std` over the samples where each function applied, as GRPO logs them."""
+    metrics = {}
+    for column, name in enumerate(names):
+        applied = values[:, column][~torch.isnan(values[:, column])]
+        metrics[f"rewards/{name}/mean"] = applied.mean().item() if len(applied) else float("nan")
+        metrics[f"rewards/{name}/std"] = applied.std().item() if len(applied) > 1 else float("nan")
+    return metrics

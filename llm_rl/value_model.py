@@ -1,0 +1,96 @@
+"""PPO's critic: a sequence-classification model with one output, read per token by TRL's PPO.
+
+`ppo.value_model` says where its weights come from:
+
+- `policy` (default): the policy's weights with a fresh scalar head, zero-initialised so that every
+  value starts at 0 and the first updates fit the head before they move the body;
+- `reward_model`: the folder of the recipe's `reward_model` reward (OpenRLHF's default: a reward model
+  already reads the task's text, so it is a good start for a critic);
+- a path: any local sequence-classification (or causal LM) folder, e.g. a critic from an earlier run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers.utils import logging as transformers_logging
+
+from llm_rl.errors import ModelError, RecipeError, first_line
+from llm_rl.models import model_dtype, resolve_model_path
+from llm_rl.recipe import Recipe
+
+VALUE_MODEL_DIR = "value_model"
+
+
+def value_model_source(recipe: Recipe, policy_path: str) -> tuple[str, bool]:
+    """(folder to load, whether its scalar head is new) for `ppo.value_model`."""
+    choice = recipe.ppo.get("value_model", "policy")
+    if choice == "policy":
+        return policy_path, True
+    if choice == "reward_model":
+        paths = [entry.kwargs.get("path") for entry in recipe.rewards if entry.name == "reward_model"]
+        if not paths or not paths[0]:
+            raise RecipeError(
+                "ppo.value_model: 'reward_model' needs a `reward_model` entry with a `path` in rewards:"
+            )
+        return str(paths[0]), False
+    path = Path(choice).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelError("ppo.value_model: not a model folder (no config.json)", where=choice)
+    return resolve_model_path(str(path)), is_causal_lm(path)
+
+
+def is_causal_lm(folder: Path) -> bool:
+    """Whether a folder holds a causal LM (its config names a `...ForCausalLM` architecture)."""
+    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    return any(name.endswith("ForCausalLM") for name in architectures)
+
+
+def load_value_model(recipe: Recipe, policy_path: str, pad_token_id: int) -> PreTrainedModel:
+    """The critic for a recipe, with one output per token and the policy's pad token."""
+    folder, head_is_new = value_model_source(recipe, policy_path)
+    try:
+        with quiet_transformers():
+            model = AutoModelForSequenceClassification.from_pretrained(
+                folder,
+                num_labels=1,
+                dtype=model_dtype(recipe.model.dtype, recipe.training.precision),
+                trust_remote_code=recipe.model.trust_remote_code,
+            )
+    except Exception as err:
+        raise ModelError(
+            f"ppo.value_model does not load as a critic: {first_line(err)}", where=folder
+        ) from None
+    if not hasattr(model, "score"):
+        raise ModelError(
+            f"ppo.value_model: {type(model).__name__} has no `score` head, which TRL's PPO reads values from",
+            where=folder,
+        )
+    model.config.pad_token_id = pad_token_id
+    if head_is_new:
+        zero_scalar_head(model)
+    return model
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Hide transformers' load report: a causal LM loaded as a critic always lacks `score` and has `lm_head`."""
+    previous = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(previous)
+
+
+def zero_scalar_head(model: PreTrainedModel) -> None:
+    """Set the critic's output layer to zero: values start at 0, not at random."""
+    with torch.no_grad():
+        model.score.weight.zero_()
+        if getattr(model.score, "bias", None) is not None:
+            model.score.bias.zero_()

@@ -1,0 +1,442 @@
+"""PPO end to end on TRL's PPOTrainer with our loop: entry point, rewards, critic, warm-up, clipping, resume."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, run_entry
+from datasets import Dataset
+from safetensors.torch import load_file
+from transformers import AutoModelForSequenceClassification, TrainerCallback
+
+from llm_rl import ppo
+from llm_rl.data import tokenize_prompts
+from llm_rl.ppo_rewards import RewardAdapter
+from llm_rl.recipe import RewardEntry, load_recipe
+from llm_rl.rewards import build_reward_functions
+from llm_rl.run import build_components
+from llm_rl.tiny_model import build_tokenizer, tiny_model_path
+from llm_rl.value_model import load_value_model
+
+LLM_RL = str(Path(sys.executable).parent / "llm-rl")
+PPO_RECIPE = REPO / "recipes" / "arithmetic" / "ppo.yaml"
+PPO_ROW_KEYS = {
+    "step",
+    "samples",
+    "reward/mean",
+    "reward/std",
+    "rewards/accuracy/mean",
+    "rewards/format/mean",
+    "kl",
+    "grad_norm",
+    "value/grad_norm",
+    "loss/policy",
+    "loss/value",
+    "value/explained_variance",
+    "policy/clipfrac",
+    "policy/approxkl",
+    "learning_rate",
+    "completion_length/mean",
+    "samples_per_second",
+    "peak_memory_mb",
+}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def small_ppo_recipe(output_dir: Path, *overrides: str):
+    """The embedded PPO recipe shrunk to 16 episodes an update, in-process."""
+    return load_recipe(
+        PPO_RECIPE,
+        [
+            "training.per_device_batch_size=16",
+            "training.max_steps=2",
+            f"run.output_dir={output_dir}",
+            "monitoring.wandb.mode=disabled",
+            "monitoring.progress=false",
+            *overrides,
+        ],
+    )
+
+
+def build_ppo_trainer(recipe, callbacks=()):
+    components = build_components(recipe)
+    ppo.prepare(components)
+    return ppo.build_trainer(components, list(callbacks)), components
+
+
+# --------------------------------------------------------------------------------------------------
+# The embedded default through the entry point
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`recipes/ppo.py` with no recipe file, 3 updates, a checkpoint every 2."""
+    output = tmp_path_factory.mktemp("ppo") / "run"
+    result = run_entry(
+        [
+            "recipes/ppo.py",
+            "--set", "training.max_steps=3",
+            "--set", f"run.output_dir={output}",
+            "--set", "checkpointing.every=2",
+            "--set", "checkpointing.unit=steps",
+            "--set", "monitoring.wandb.mode=offline",
+        ]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def test_ppo_demo_writes_the_run_folder(ppo_run: Path) -> None:
+    summary = json.loads((ppo_run / "run_summary.json").read_text())
+    assert (summary["status"], summary["algorithm"], summary["steps"], summary["samples"]) == (
+        "completed",
+        "ppo",
+        3,
+        3 * 64,
+    )
+    for name in ("recipe.yaml", "final/config.json", "final/tokenizer.json", "final/value_model/config.json"):
+        assert (ppo_run / name).exists(), name
+    assert list((ppo_run / "wandb").glob("offline-run-*/*.wandb")), "wandb wrote no offline run"
+
+
+def test_ppo_rows_carry_the_unified_keys(ppo_run: Path) -> None:
+    rows = read_jsonl(ppo_run / "metrics.jsonl")
+    assert [row["samples"] for row in rows] == [64, 128, 192]
+    for row in rows:
+        assert row.keys() >= PPO_ROW_KEYS, PPO_ROW_KEYS - row.keys()
+        assert 0.0 <= row["reward/mean"] <= 1.1
+        assert row["grad_norm"] > 0 and row["value/grad_norm"] > 0
+    # The critic starts at zero (fresh head): explained variance 0, then it learns.
+    assert rows[0]["value/explained_variance"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ppo_checkpoints_hold_the_value_model(ppo_run: Path) -> None:
+    names = sorted(p.name for p in ppo_run.glob("checkpoint-*"))
+    assert names == ["checkpoint-128", "checkpoint-192"]
+    for name in names:
+        for part in (
+            "model.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng_state.pth",
+            "value_model/model.safetensors",
+        ):
+            assert (ppo_run / name / part).exists(), f"{name}/{part}"
+    # The last checkpoint and final/ hold the same critic.
+    saved = load_file(ppo_run / "checkpoint-192" / "value_model" / "model.safetensors")
+    final = load_file(ppo_run / "final" / "value_model" / "model.safetensors")
+    assert saved.keys() == final.keys()
+    assert all(torch.equal(saved[key], final[key]) for key in saved)
+
+
+def test_one_recipe_runs_under_both_algorithms(tmp_path: Path) -> None:
+    """The same file: `recipes/grpo.py` and `recipes/ppo.py` only change `algorithm`."""
+    recipe = tmp_path / "both.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "extends": str(REPO / "recipes" / "arithmetic" / "base.yaml"),
+                "training": {"max_steps": 2, "per_device_batch_size": 16, "learning_rate": 1e-4},
+                "monitoring": {"wandb": {"mode": "disabled"}, "progress": False},
+                "grpo": {"num_generations": 4},
+                "ppo": {"num_ppo_epochs": 1, "critic_learning_rate": 1e-3},
+            }
+        )
+    )
+    for algorithm in ("grpo", "ppo"):
+        output = tmp_path / algorithm
+        result = run_entry(
+            [f"recipes/{algorithm}.py", "--config", str(recipe), "--set", f"run.output_dir={output}"]
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((output / "run_summary.json").read_text())
+        assert (summary["algorithm"], summary["status"], summary["steps"]) == (algorithm, "completed", 2)
+        rows = read_jsonl(output / "metrics.jsonl")
+        assert {"reward/mean", "rewards/accuracy/mean", "grad_norm", "loss/policy"} <= rows[-1].keys()
+
+
+# --------------------------------------------------------------------------------------------------
+# The reward adapter
+# --------------------------------------------------------------------------------------------------
+
+
+def none_for_odd_answers(prompts, completions, completion_ids=None, answer=None, **kwargs):
+    """A reward that only applies to even answers."""
+    return [None if int(gold) % 2 else 0.5 for gold in answer]
+
+
+def test_reward_adapter_matches_the_reward_functions_called_directly() -> None:
+    tokenizer = build_tokenizer()
+    rows = Dataset.from_dict({"prompt": ["1+2=", "3+3=", "4+4=", "2+5="], "answer": ["3", "6", "8", "7"]})
+    entries = [
+        RewardEntry(name="accuracy", mode="exact", weight=1.0),
+        RewardEntry(name="format", pattern=r"^\d+$", weight=0.25),
+        RewardEntry(name="tests.test_ppo:none_for_odd_answers", weight=2.0),
+    ]
+    rewards = build_reward_functions(entries)
+    completions = ["3", "5", "8 ", "7"]
+    # What TRL's loop hands the reward step: responses cut at EOS, then padded.
+    ids = [
+        tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        for text in completions
+    ]
+    width = max(len(row) for row in ids) + 1
+    responses = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])
+    adapter = RewardAdapter(rewards, rows, tokenizer, none_reward=-1.0)
+    order = torch.tensor([2, 0, 3, 1])
+    scores, values = adapter(order, responses[order])
+
+    expected_rows = [rows[i] for i in order.tolist()]
+    direct = [
+        function(
+            prompts=[row["prompt"] for row in expected_rows],
+            completions=[completions[i] for i in order.tolist()],
+            answer=[row["answer"] for row in expected_rows],
+        )
+        for function in rewards.functions
+    ]
+    for column, function_values in enumerate(direct):
+        for sample, value in enumerate(function_values):
+            if value is None:
+                assert torch.isnan(values[sample, column])
+            else:
+                assert values[sample, column].item() == pytest.approx(value)
+    weighted = [
+        sum(w * v for w, v in zip(rewards.weights, sample, strict=True) if v is not None)
+        for sample in zip(*direct, strict=True)
+    ]
+    assert scores.tolist() == pytest.approx(weighted)
+
+
+def test_reward_adapter_gives_none_reward_when_no_function_applies() -> None:
+    tokenizer = build_tokenizer()
+    rows = Dataset.from_dict({"prompt": ["1+2=", "2+2="], "answer": ["3", "4"]})
+    rewards = build_reward_functions([RewardEntry(name="tests.test_ppo:none_for_odd_answers")])
+    responses = torch.tensor([[tokenizer.convert_tokens_to_ids("3"), tokenizer.eos_token_id]] * 2)
+    scores, _ = RewardAdapter(rewards, rows, tokenizer, none_reward=-0.5)(torch.tensor([0, 1]), responses)
+    assert scores.tolist() == [-0.5, 0.5]
+
+
+# --------------------------------------------------------------------------------------------------
+# The critic: initialisation, warm-up, saving
+# --------------------------------------------------------------------------------------------------
+
+
+def test_value_model_from_policy_has_the_policy_body_and_a_zero_head(tmp_path: Path) -> None:
+    recipe = small_ppo_recipe(tmp_path / "run")
+    policy = load_file(tiny_model_path() / "model.safetensors")
+    critic = load_value_model(recipe, str(tiny_model_path()), pad_token_id=0)
+    state = critic.state_dict()
+    assert torch.count_nonzero(critic.score.weight) == 0
+    body = [key for key in policy if key.startswith("model.")]
+    assert body and all(torch.equal(policy[key], state[key]) for key in body)
+
+
+def save_reward_model(folder: Path) -> Path:
+    """A sequence-classification model on the tiny policy's body with a random head, saved locally."""
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model_path(), num_labels=1)
+    torch.nn.init.normal_(model.score.weight, std=0.5)
+    model.config.pad_token_id = 0
+    model.save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_value_model_from_reward_model_and_from_a_path_keep_their_head(tmp_path: Path) -> None:
+    folder = save_reward_model(tmp_path / "rm")
+    saved = load_file(folder / "model.safetensors")
+    from_reward_model = small_ppo_recipe(
+        tmp_path / "run",
+        "ppo.value_model=reward_model",
+        f"rewards=[{{name: reward_model, path: {folder}}}]",
+    )
+    from_path = small_ppo_recipe(tmp_path / "run", f"ppo.value_model={folder}")
+    for recipe in (from_reward_model, from_path):
+        critic = load_value_model(recipe, str(tiny_model_path()), pad_token_id=0)
+        state = critic.state_dict()
+        assert all(torch.equal(saved[key], state[key]) for key in saved)
+        assert torch.count_nonzero(critic.score.weight) > 0
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> bool:
+    return any(not torch.equal(before[key], after[key]) for key in before)
+
+
+def test_critic_warmup_freezes_the_policy_while_the_critic_learns(tmp_path: Path) -> None:
+    recipe = small_ppo_recipe(tmp_path / "run", "training.max_steps=3", "ppo.critic_warmup_steps=2")
+    trainer, _ = build_ppo_trainer(recipe)
+    wrapper = trainer.accelerator.unwrap_model(trainer.model)
+    history = [(weights(wrapper.policy), weights(wrapper.value_model))]
+    trainer.add_callback(RecordWeights(wrapper, history))
+    trainer.train()
+    assert len(history) == 4
+    (policy_0, critic_0), (policy_1, critic_1), (policy_2, critic_2), (policy_3, _) = history
+    assert not changed(policy_0, policy_1) and not changed(policy_1, policy_2), "policy moved during warm-up"
+    assert changed(critic_0, critic_1) and changed(critic_1, critic_2), "critic did not learn during warm-up"
+    assert changed(policy_2, policy_3), "policy did not train after warm-up"
+
+
+class RecordWeights(TrainerCallback):
+    """Copies the policy and critic weights after every update."""
+
+    def __init__(self, wrapper, history) -> None:
+        self.wrapper, self.history = wrapper, history
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.history.append((weights(self.wrapper.policy), weights(self.wrapper.value_model)))
+
+
+def post_clip_norms(trainer) -> list[tuple[float, float]]:
+    """Records, right before every optimizer step, the policy's and the critic's gradient norms."""
+    wrapper = trainer.accelerator.unwrap_model(trainer.model)
+    norms: list[tuple[float, float]] = []
+
+    def norm(module: torch.nn.Module) -> float:
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+    trainer.optimizer.optimizer.register_step_pre_hook(
+        lambda *_: norms.append((norm(wrapper.policy), norm(wrapper.value_model)))
+    )
+    return norms
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.01, None])
+def test_gradients_are_clipped_before_every_step(tmp_path: Path, max_grad_norm: float | None) -> None:
+    recipe = small_ppo_recipe(
+        tmp_path / "run", f"training.max_grad_norm={max_grad_norm if max_grad_norm is not None else 'null'}"
+    )
+    trainer, _ = build_ppo_trainer(recipe)
+    norms = post_clip_norms(trainer)
+    trainer.train()
+    assert len(norms) == 2 * recipe.ppo["num_ppo_epochs"]
+    logged = [row["grad_norm"] for row in trainer.state.log_history if "grad_norm" in row]
+    assert logged and min(logged) > 0.01, "the test needs gradients larger than the limit"
+    if max_grad_norm is None:
+        assert max(policy for policy, _ in norms) > 0.01
+    else:
+        for policy, critic in norms:
+            assert policy <= max_grad_norm * 1.0001 and critic <= max_grad_norm * 1.0001
+
+
+def test_checkpointed_value_model_reloads_to_the_same_weights(tmp_path: Path) -> None:
+    recipe = small_ppo_recipe(tmp_path / "run", "checkpointing.every=2", "checkpointing.unit=steps")
+    trainer, _ = build_ppo_trainer(recipe)
+    trainer.train()
+    critic = trainer.accelerator.unwrap_model(trainer.model).value_model
+    reloaded = AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "run" / "checkpoint-2" / "value_model"
+    )
+    expected = critic.state_dict()
+    assert all(torch.equal(expected[key], value) for key, value in reloaded.state_dict().items())
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
+    """4 updates straight, and 2 + 2 resumed from the checkpoint at 2, log the same rewards and losses."""
+    common = ["training.max_steps=4", "checkpointing.every=2", "checkpointing.unit=steps"]
+    straight, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "straight", *common))
+    straight.train()
+    first, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
+    first.state.max_steps = 2
+    first.args.num_total_batches = 2
+    first.train()
+    resumed, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-2"))
+
+    def logged(trainer, step):
+        row = next(row for row in trainer.state.log_history if row["step"] == step)
+        return [row[key] for key in ("objective/scores", "loss/policy_avg", "loss/value_avg", "grad_norm")]
+
+    assert resumed.state.global_step == 4
+    for step in (3, 4):
+        assert logged(resumed, step) == pytest.approx(logged(straight, step), rel=1e-5), step
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad PPO settings: exit code 2 and one message, before anything is written
+# --------------------------------------------------------------------------------------------------
+
+
+def pad_is_eos_tokenizer(tmp_path: Path) -> Path:
+    tokenizer = build_tokenizer()
+    tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.save_pretrained(tmp_path / "tok")
+    return tmp_path / "tok"
+
+
+BAD_PPO = {
+    "mini-batches that do not divide": (["ppo.num_mini_batches=3"], "ppo.num_mini_batches (3) must divide"),
+    "whitening a tiny mini-batch": (
+        ["training.per_device_batch_size=4", "ppo.whiten_rewards=true"],
+        "ppo.whiten_rewards needs at least 8",
+    ),
+    "dataset smaller than a batch": (["data.limit=10"], "fewer than one PPO rollout batch"),
+    "warm-up as long as the run": (
+        ["training.max_steps=3", "ppo.critic_warmup_steps=3"],
+        "would never train",
+    ),
+    "critic learning rate of the wrong type": (["ppo.critic_learning_rate=fast"], "ppo.critic_learning_rate"),
+    "missing value model folder": (["ppo.value_model=/no/such/critic"], "/no/such/critic"),
+    "value model from a reward model that is not there": (
+        ["ppo.value_model=reward_model"],
+        "needs a `reward_model`",
+    ),
+    "unknown PPO key": (
+        ["ppo.clip_range=0.2"],
+        "ppo.clip_range: not a field of TRL's PPOConfig (did you mean 'cliprange'?)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PPO))
+def test_bad_ppo_settings_exit_2(tmp_path: Path, case: str) -> None:
+    overrides, expected = BAD_PPO[case]
+    args = ["validate", str(PPO_RECIPE), "--set", f"run.output_dir={tmp_path / 'run'}"]
+    for override in overrides:
+        args += ["--set", override]
+    result = run_entry(args, launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    messages = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(messages) == 1 and expected in messages[0], result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_pad_token_equal_to_eos_is_refused(tmp_path: Path) -> None:
+    folder = pad_is_eos_tokenizer(tmp_path)
+    result = run_entry(
+        [
+            "train",
+            str(PPO_RECIPE),
+            "--set",
+            f"model.tokenizer={folder}",
+            "--set",
+            f"run.output_dir={tmp_path / 'run'}",
+        ],
+        launcher=[LLM_RL],
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "pad token distinct from EOS" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_tokenized_prompts_keep_their_row_index() -> None:
+    tokenizer = build_tokenizer()
+    rows = Dataset.from_dict({"prompt": ["1+2=", "3+4="], "answer": ["3", "7"]})
+    tokens = tokenize_prompts(rows, tokenizer)
+    assert tokens.column_names == ["input_ids", "row_index"]
+    assert tokens["row_index"] == [0, 1]
