@@ -25,6 +25,8 @@ FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv
 BUILTIN_PREFIX = "builtin:"
 # The integer column PPO carries through TRL's collator to find a sample's row (DESIGN.md).
 ROW_INDEX = "row_index"
+# What `datasets` says of a file that parses but holds no rows (a header-only csv, `[]`, an empty parquet).
+NO_DATA = "corresponds to no data"
 
 
 @dataclass
@@ -112,20 +114,56 @@ def describe_unreadable(path: Path, err: Exception) -> str:
                     return f"line {number} is not valid JSON ({decode_error.msg})"
                 if not isinstance(row, dict):
                     return f"line {number} is not a JSON object"
+    if is_blank(path) or NO_DATA in str(err):
+        return "the dataset has no rows"
     return f"could not read the file: {type(err).__name__}: {first_line(err)}"
+
+
+def is_blank(path: Path) -> bool:
+    """A file with nothing but whitespace (`datasets` fails on one with an opaque StopIteration)."""
+    size = path.stat().st_size
+    return size == 0 or (size < 1 << 20 and not path.read_bytes().strip())
 
 
 def read_folder(path: Path) -> dict[str, Dataset]:
     """A `save_to_disk` folder, or a folder of data files whose names give the splits (train.jsonl, ...)."""
     if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-        loaded = load_from_disk(str(path))
-        return dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}
+        return read_saved(path)
     files = sorted(file for file in path.iterdir() if file.suffix.lower() in FILE_BUILDERS)
     if not files:
         raise DataError(
             "folder holds no save_to_disk dataset and no jsonl/json/parquet/csv file", where=str(path)
         )
     return {file.stem: read_file(file) for file in files}
+
+
+def read_saved(path: Path) -> dict[str, Dataset]:
+    """A `save_to_disk` folder: a Dataset (the `train` split) or a DatasetDict."""
+    try:
+        loaded = load_from_disk(str(path))
+    except Exception as err:
+        empty = saved_splits_without_rows(path)
+        if empty:
+            # `datasets` saves a split with no rows as zero shards, then fails to load it (IndexError).
+            message = f"the dataset has no rows (empty: {', '.join(empty)})"
+        else:
+            message = f"could not load the save_to_disk folder: {type(err).__name__}: {first_line(err)}"
+        raise DataError(message, where=str(path)) from None
+    return dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}
+
+
+def saved_splits_without_rows(path: Path) -> list[str]:
+    """The splits of a `save_to_disk` folder saved with no data files ("train" for a plain Dataset)."""
+    states = {"train": path / "state.json", **{s.parent.name: s for s in sorted(path.glob("*/state.json"))}}
+    empty = []
+    for split, state in states.items():
+        try:
+            files = json.loads(state.read_text(encoding="utf-8")).get("_data_files")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if files == []:
+            empty.append(split)
+    return empty
 
 
 def read_hub(name: str) -> dict[str, Dataset]:

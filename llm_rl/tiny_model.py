@@ -79,9 +79,15 @@ def build_into(target: Path, settings: TinyModelSettings) -> None:
         try:
             partial.rename(target)
         except OSError:
-            # Another process finished first: its folder is complete and equal to ours.
+            # Another process finished first: its folder is complete and equal to ours. Otherwise the
+            # folder is stale (incomplete: config.json deleted, say) and would block every build: replace it.
             if not (target / "config.json").is_file():
-                raise
+                stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale.", dir=target.parent))
+                try:
+                    target.rename(stale / "old")
+                finally:
+                    shutil.rmtree(stale, ignore_errors=True)
+                partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
