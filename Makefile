@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# The embedded default: builds the tiny model locally, trains it with GRPO on CPU, reward rises.
+# The embedded default: builds the tiny model locally, trains it with PPO on CPU, reward rises.
+# `make demo ALGORITHM=grpo` runs the same task with GRPO.
+ALGORITHM ?= ppo
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/accelerate launch --num_processes 1 --cpu recipes/grpo.py $(ARGS)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/accelerate launch --num_processes 1 --cpu recipes/$(ALGORITHM).py $(ARGS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest $(PYTEST_ARGS)

@@ -440,3 +440,18 @@ def test_tokenized_prompts_keep_their_row_index() -> None:
     tokens = tokenize_prompts(rows, tokenizer)
     assert tokens.column_names == ["input_ids", "row_index"]
     assert tokens["row_index"] == [0, 1]
+
+
+def test_lora_policy_trains_with_the_adapter_off_as_reference(tmp_path: Path) -> None:
+    """With LoRA on there is no second policy copy: the reference is the policy with its adapter off."""
+    recipe = small_ppo_recipe(tmp_path / "run", "model.lora.enabled=true", "model.lora.r=4")
+    trainer, components = build_ppo_trainer(recipe)
+    assert trainer.ref_model is None and trainer.is_peft_model
+    policy = trainer.accelerator.unwrap_model(trainer.model).policy
+    lora_before = {k: v.clone() for k, v in policy.state_dict().items() if "lora_B" in k}
+    trainer.train()
+    lora_after = {k: v for k, v in policy.state_dict().items() if "lora_B" in k}
+    assert lora_before and changed(lora_before, lora_after), "the adapter did not train"
+    trainer.save_model(str(tmp_path / "final"))
+    assert (tmp_path / "final" / "adapter_config.json").exists()
+    assert (tmp_path / "final" / "value_model" / "model.safetensors").exists()
