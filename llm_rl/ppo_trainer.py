@@ -69,7 +69,8 @@ class UnifiedPPOTrainer(PPOTrainer):
         self.critic_warmup_steps = critic_warmup_steps
         super().__init__(*args, **kwargs)
         # TRL's PPOTrainer never runs Trainer.__init__; Trainer's checkpoint loaders read these.
-        self.is_fsdp_xla_enabled = self.is_fsdp_xla_v1_enabled = False
+        self.is_fsdp_xla_enabled = self.is_fsdp_xla_v1_enabled = self.is_fsdp_xla_v2_enabled = False
+        self.is_distributed_loading_by_transformers = False
         if not isinstance(self.reward_model, RewardAdapter):
             raise TypeError("UnifiedPPOTrainer scores rollouts with a RewardAdapter")
         self.dataloader = self.seeded_dataloader()
@@ -447,12 +448,33 @@ class UnifiedPPOTrainer(PPOTrainer):
     # ------------------------------------------------------------------------------------------------
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The policy (TRL's save), then the critic into `value_model/` beside it."""
-        super().save_model(output_dir, _internal_call)
+        """The policy as a `save_pretrained` folder, then the critic into `value_model/` beside it.
+
+        TRL's version reads `self.model.policy`, which a DDP wrapper does not have: unwrap first.
+        """
+        wrapped = self.model
+        unwrapped = self.accelerator.unwrap_model(wrapped)
+        self.model = unwrapped.policy
+        if self.is_deepspeed_enabled:
+            wrapped_deepspeed, self.deepspeed = self.deepspeed, self.model
+        try:
+            super(PPOTrainer, self).save_model(output_dir, _internal_call)
+        finally:
+            self.model = wrapped
+            if self.is_deepspeed_enabled:
+                self.deepspeed = wrapped_deepspeed
         output_dir = output_dir or self.args.output_dir
-        value_model = self.accelerator.unwrap_model(self.model).value_model
         if self.args.should_save:
-            value_model.save_pretrained(os.path.join(output_dir, VALUE_MODEL_DIR), safe_serialization=True)
+            unwrapped.value_model.save_pretrained(
+                os.path.join(output_dir, VALUE_MODEL_DIR), safe_serialization=True
+            )
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's checkpoint (weights, optimizer, scheduler, RNG, state), without TRL's model card.
+
+        TRL writes a model card first, reading `self.model.config`, which a DDP wrapper does not have.
+        """
+        super(PPOTrainer, self)._save_checkpoint(model, trial)
 
     def resume(self, checkpoint: str, batches: Iterator[dict[str, torch.Tensor]]) -> None:
         """Continue exactly from a checkpoint: weights, optimizer, scheduler, counters, data position, RNG."""

@@ -455,3 +455,45 @@ def test_lora_policy_trains_with_the_adapter_off_as_reference(tmp_path: Path) ->
     trainer.save_model(str(tmp_path / "final"))
     assert (tmp_path / "final" / "adapter_config.json").exists()
     assert (tmp_path / "final" / "value_model" / "model.safetensors").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Two real processes (DDP over gloo on CPU)
+# --------------------------------------------------------------------------------------------------
+
+ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch"]
+CPU_DDP = str(REPO / "accelerate_configs" / "cpu_ddp_2proc.yaml")
+
+
+def test_ppo_in_two_processes_writes_metrics_once(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    result = run_entry(
+        ["--config_file", CPU_DDP, "recipes/ppo.py",
+         "--set", "training.max_steps=2", "--set", "training.per_device_batch_size=16",
+         "--set", f"run.output_dir={output}", "--set", "monitoring.wandb.mode=disabled",
+         "--set", "checkpointing.every=2", "--set", "checkpointing.unit=steps"],
+        launcher=ACCELERATE,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(output / "metrics.jsonl")
+    assert [row["samples"] for row in rows] == [32, 64], "two processes of 16 episodes, one row per update"
+    assert (output / "checkpoint-64" / "value_model" / "model.safetensors").exists()
+    assert (output / "final" / "value_model" / "model.safetensors").exists()
+
+
+def test_ddp_gradients_are_clipped_on_every_rank(tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    overrides = ["training.max_steps=2", "training.per_device_batch_size=16", "training.max_grad_norm=0.01",
+                 f"run.output_dir={output}", "monitoring.wandb.mode=disabled", "monitoring.progress=false"]  # fmt: skip
+    result = run_entry(
+        ["--config_file", CPU_DDP, str(REPO / "tests" / "ppo_clip_probe.py"), str(PPO_RECIPE), *overrides],
+        launcher=ACCELERATE,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        probe = json.loads((output / f"norms-rank{rank}.json").read_text())
+        assert probe["world_size"] == 2
+        assert len(probe["norms"]) == 2 * 2  # 2 updates x 2 PPO epochs
+        assert min(probe["logged_grad_norm"]) > 0.01, "the test needs gradients larger than the limit"
+        for policy, critic in probe["norms"]:
+            assert policy <= 0.01 * 1.0001 and critic <= 0.01 * 1.0001

@@ -1,0 +1,40 @@
+"""Run under `accelerate launch`: a short PPO run that records, on every rank, the gradient norms the
+optimizer steps with (after our clipping), into `<output_dir>/norms-rank<N>.json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from llm_rl import ppo
+from llm_rl.recipe import load_recipe
+from llm_rl.run import build_components
+
+
+def norm(module: torch.nn.Module) -> float:
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+
+def main() -> None:
+    recipe = load_recipe(sys.argv[1], sys.argv[2:])
+    components = build_components(recipe)
+    ppo.prepare(components)
+    trainer = ppo.build_trainer(components, [])
+    wrapper = trainer.accelerator.unwrap_model(trainer.model)
+    norms: list[list[float]] = []
+    trainer.optimizer.optimizer.register_step_pre_hook(
+        lambda *_: norms.append([norm(wrapper.policy), norm(wrapper.value_model)])
+    )
+    trainer.train()
+    logged = [row["grad_norm"] for row in trainer.state.log_history if "grad_norm" in row]
+    rank = int(os.environ.get("RANK", "0"))
+    out = {"world_size": trainer.accelerator.num_processes, "norms": norms, "logged_grad_norm": logged}
+    (recipe.output_dir / f"norms-rank{rank}.json").write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
