@@ -165,3 +165,22 @@ def test_lora_policy_trains_and_saves_an_adapter(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "run" / "final" / "adapter_config.json").exists()
+
+
+def test_tensorboard_gets_the_unified_metrics_against_samples(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = run_entry(
+        [
+            "recipes/grpo.py",
+            "--set", "training.max_steps=2",
+            "--set", f"run.output_dir={tmp_path / 'run'}",
+            "--set", "monitoring.tensorboard=true",
+            "--set", "monitoring.wandb.mode=disabled",
+        ]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert {"reward/mean", "grad_norm", "loss/policy"} <= set(events.Tags()["scalars"])
+    assert [event.step for event in events.Scalars("reward/mean")] == [64, 128]
