@@ -362,7 +362,9 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
 
     assert resumed.state.global_step == 4
     for step in (3, 4):
-        assert logged(resumed, step) == pytest.approx(logged(straight, step), rel=1e-5), step
+        # The same samples (a different one would move the mean reward by 1/16); the rest equal up to
+        # float summation order across threads.
+        assert logged(resumed, step) == pytest.approx(logged(straight, step), rel=1e-4, abs=1e-6), step
 
 
 # --------------------------------------------------------------------------------------------------
