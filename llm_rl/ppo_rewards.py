@@ -46,6 +46,8 @@ class RewardAdapter(torch.nn.Module):
         self.prompts = prompts
         self.tokenizer = tokenizer
         self.none_reward = none_reward
+        # Samples dropped by `on_invalid: skip` since the last `take_skipped()`, by reward name.
+        self.skipped = dict.fromkeys(rewards.names, 0)
         self.register_buffer("weights", torch.tensor(rewards.weights, dtype=torch.float32), persistent=False)
 
     def decode(self, responses: torch.Tensor) -> tuple[list[str], list[list[int]]]:
@@ -66,8 +68,16 @@ class RewardAdapter(torch.nn.Module):
         columns = []
         for function in self.rewards.functions:
             values = function(prompts=prompts, completions=completions, completion_ids=ids, **rows)
+            self.skipped[function.__name__] += function.last_skipped
             columns.append([float("nan") if value is None else value for value in values])
         return torch.tensor(columns, dtype=torch.float32).T.contiguous()
+
+    def take_skipped(self) -> dict[str, int]:
+        """The skipped-sample counts of the rewards that skip, since the last call (then reset)."""
+        pairs = zip(self.rewards.names, self.rewards.functions, strict=True)
+        counts = {name: self.skipped[name] for name, function in pairs if function.on_invalid == "skip"}
+        self.skipped = dict.fromkeys(self.skipped, 0)
+        return counts
 
     def combine(self, values: torch.Tensor) -> torch.Tensor:
         """The weighted sum per sample; `none_reward` where no function applied."""

@@ -441,6 +441,9 @@ class UnifiedPPOTrainer(PPOTrainer):
         for key, value in stats.items():
             metrics[key] = gather(value).mean().item()
         metrics.update(reward_metrics(gather(batch["per_fn"]), self.reward_model.rewards.names))
+        for name, count in self.reward_model.take_skipped().items():
+            total = gather(torch.tensor([float(count)], device=self.accelerator.device)).sum().item()
+            metrics[f"rewards/{name}/skipped"] = total
         return metrics
 
     # ------------------------------------------------------------------------------------------------

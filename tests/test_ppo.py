@@ -499,3 +499,26 @@ def test_ddp_gradients_are_clipped_on_every_rank(tmp_path: Path) -> None:
         assert min(probe["logged_grad_norm"]) > 0.01, "the test needs gradients larger than the limit"
         for policy, critic in probe["norms"]:
             assert policy <= 0.01 * 1.0001 and critic <= 0.01 * 1.0001
+
+
+def nan_for_odd_answers(prompts, completions, completion_ids=None, answer=None, **kwargs):
+    """A reward that breaks (NaN) on odd answers."""
+    return [float("nan") if int(gold) % 2 else 1.0 for gold in answer]
+
+
+def test_reward_adapter_counts_skipped_samples() -> None:
+    tokenizer = build_tokenizer()
+    rows = Dataset.from_dict({"prompt": ["1+2=", "2+2=", "2+3="], "answer": ["3", "4", "5"]})
+    rewards = build_reward_functions(
+        [
+            RewardEntry(name="tests.test_ppo:nan_for_odd_answers", on_invalid="skip"),
+            RewardEntry(name="accuracy"),
+        ]
+    )
+    adapter = RewardAdapter(rewards, rows, tokenizer)
+    responses = torch.tensor([[tokenizer.convert_tokens_to_ids("4"), tokenizer.eos_token_id]] * 3)
+    scores, values = adapter(torch.tensor([0, 1, 2]), responses)
+    assert torch.isnan(values[:, 0]).tolist() == [True, False, True]
+    assert scores.tolist() == [0.0, 2.0, 0.0]
+    assert adapter.take_skipped() == {"nan_for_odd_answers": 2}
+    assert adapter.take_skipped() == {"nan_for_odd_answers": 0}
