@@ -6,6 +6,9 @@ failure while training (exit code 1).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class UserInputError(Exception):
     """Bad input: the message names the file, key or row and says what is wrong."""
@@ -35,3 +38,16 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message (library errors can run to pages)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def did_you_mean(name: str, options: Iterable[str], prefix: str = "", cutoff: float = 0.6) -> str:
+    """` (did you mean 'x'?)` for the closest option, or "" when none is close; `prefix` goes before it."""
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=cutoff)
+    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
+
+
+def unknown_builtin(kind: str, name: str, known: Iterable[str]) -> str:
+    """The message for an unknown `builtin:<name>` model or task, with the closest and all known names."""
+    known = list(known)
+    listed = ", ".join(f"builtin:{option}" for option in known)
+    return f"unknown built-in {kind}{did_you_mean(name, known, prefix='builtin:')}; known: {listed}"

@@ -15,7 +15,7 @@ from llm_rl.components import Components
 from llm_rl.errors import RecipeError
 from llm_rl.lora import peft_config
 from llm_rl.recipe import Recipe
-from llm_rl.training_args import shared_training_args, world_size
+from llm_rl.training_args import SampleCounter, sample_counter, shared_training_args, world_size
 
 # TRL's GRPO log names -> the unified names of metrics.jsonl (DESIGN.md).
 METRIC_NAMES = {
@@ -50,14 +50,9 @@ def samples_per_step(recipe: Recipe) -> int:
     return max(1, per_update // recipe.grpo.get("num_iterations", 1))
 
 
-def count_samples(recipe: Recipe):
+def count_samples(recipe: Recipe) -> SampleCounter:
     """The sample counter for the metrics and checkpoint names: updates so far x samples per update."""
-    per_step = samples_per_step(recipe)
-
-    def count(state: Any, logs: dict[str, Any]) -> int:
-        return state.global_step * per_step
-
-    return count
+    return sample_counter(samples_per_step(recipe))
 
 
 def trl_config(recipe: Recipe) -> GRPOConfig:

@@ -6,14 +6,13 @@ for a model built locally (`builtin:tiny-arithmetic`, the embedded default).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from llm_rl.errors import ModelError, first_line
+from llm_rl.errors import ModelError, first_line, unknown_builtin
 from llm_rl.recipe import ModelSection
 from llm_rl.tiny_model import tiny_model_path
 
@@ -43,10 +42,7 @@ def builtin_model_path(name: str) -> Path:
     """The folder of a built-in model, built on first use."""
     build = BUILTIN_MODELS.get(name)
     if build is None:
-        close = difflib.get_close_matches(name, list(BUILTIN_MODELS), n=1)
-        hint = f" (did you mean 'builtin:{close[0]}'?)" if close else ""
-        known = ", ".join(f"builtin:{model}" for model in BUILTIN_MODELS)
-        raise ModelError(f"unknown built-in model{hint}; known: {known}", where=f"builtin:{name}")
+        raise ModelError(unknown_builtin("model", name, BUILTIN_MODELS), where=f"builtin:{name}")
     return build()
 
 

@@ -1,7 +1,7 @@
 """PPO: TRL's PPOTrainer (through `llm_rl.ppo_trainer`) built from a recipe.
 
 The shared sections map onto `PPOConfig` as for GRPO; the `ppo:` section takes PPOConfig fields by
-their TRL names plus our own keys (`PPOSettings`). Defaults differ from TRL's in two places, both for
+their TRL names plus our own keys (`llm_rl.recipe.PPOSettings`). Defaults differ from TRL's in two places, both for
 LLM work: responses stop at EOS (`stop_token: eos`; TRL's default scores every token up to the length
 limit), and TRL's periodic sample tables are off (`num_sample_generations: 0`; our metrics cover them).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import TrainerCallback
 
 from llm_rl.components import Components
@@ -19,8 +18,14 @@ from llm_rl.errors import DataError, ModelError, RecipeError
 from llm_rl.lora import peft_config
 from llm_rl.ppo_rewards import RewardAdapter
 from llm_rl.ppo_trainer import UnifiedPPOTrainer
-from llm_rl.recipe import PPO_OWN_KEYS, Recipe
-from llm_rl.training_args import shared_training_args, steps_for_budget, world_size
+from llm_rl.recipe import PPO_OWN_KEYS, Recipe, ppo_settings
+from llm_rl.training_args import (
+    SampleCounter,
+    sample_counter,
+    shared_training_args,
+    steps_for_budget,
+    world_size,
+)
 from llm_rl.trl_ppo import PPOConfig
 from llm_rl.value_model import load_value_model
 
@@ -51,45 +56,15 @@ METRIC_NAMES = {
 PPO_DEFAULTS: dict[str, Any] = {"stop_token": "eos", "num_sample_generations": 0}
 
 
-class PPOSettings(BaseModel):
-    """Our own keys of the `ppo:` section (the rest are PPOConfig fields)."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    # The critic's weights: "policy" (a fresh scalar head on the policy), "reward_model", or a folder.
-    value_model: str = "policy"
-    # The critic's learning rate; None: training.learning_rate.
-    critic_learning_rate: float | None = Field(None, ge=0.0)
-    # Updates at the start in which only the critic learns (the policy is frozen).
-    critic_warmup_steps: int = Field(0, ge=0)
-    # The score of a sample for which every reward function returned None (not applicable).
-    none_reward: float = 0.0
-
-
-def settings(recipe: Recipe) -> PPOSettings:
-    """The recipe's own PPO keys, type-checked, with errors naming the key."""
-    try:
-        return PPOSettings.model_validate({k: v for k, v in recipe.ppo.items() if k in PPO_OWN_KEYS})
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise RecipeError(f"ppo.{key}: {first['msg'].lower()}") from None
-
-
 def samples_per_step(recipe: Recipe) -> int:
     """Episodes (prompt-completion pairs) per PPO update over all processes (TRL's `batch_size`)."""
     training = recipe.training
     return training.per_device_batch_size * training.gradient_accumulation_steps * world_size()
 
 
-def count_samples(recipe: Recipe):
+def count_samples(recipe: Recipe) -> SampleCounter:
     """The sample counter for the metrics and checkpoint names: updates so far x episodes per update."""
-    per_step = samples_per_step(recipe)
-
-    def count(state: Any, logs: dict[str, Any]) -> int:
-        return state.global_step * per_step
-
-    return count
+    return sample_counter(samples_per_step(recipe))
 
 
 def trl_config(recipe: Recipe) -> PPOConfig:
@@ -136,7 +111,7 @@ def check_batches(recipe: Recipe) -> None:
             f"ppo.whiten_rewards needs at least 8 samples per mini-batch and process (here {mini_batch}): "
             "whitening over fewer is noise"
         )
-    warmup = settings(recipe).critic_warmup_steps
+    warmup = ppo_settings(recipe).critic_warmup_steps
     steps = steps_for_budget(recipe, samples_per_step(recipe))
     if warmup >= steps:
         raise RecipeError(
@@ -147,7 +122,7 @@ def check_batches(recipe: Recipe) -> None:
 def prepare(components: Components) -> None:
     """Everything PPO adds that can fail on bad input, before the run folder is touched."""
     recipe, tokenizer = components.recipe, components.tokenizer
-    settings(recipe)
+    ppo_settings(recipe)
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
         raise ModelError(
             "PPO needs a pad token distinct from EOS (TRL reads scores and values at the last non-pad "
@@ -170,7 +145,7 @@ def prepare(components: Components) -> None:
 def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> UnifiedPPOTrainer:
     """A ready-to-train PPO trainer over the recipe's prompts, reward functions and critic."""
     recipe = components.recipe
-    own = settings(recipe)
+    own = ppo_settings(recipe)
     if components.extras is None:
         prepare(components)
     extras = components.extras

@@ -45,6 +45,7 @@ from llm_rl.trl_ppo import (
     forward,
     get_reward,
     masked_mean,
+    masked_var,
     masked_whiten,
     truncate_response,
 )
@@ -502,9 +503,7 @@ def trainable(module: torch.nn.Module | PreTrainedModel) -> list[torch.nn.Parame
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """1 - Var(returns - values) / Var(returns) over the valid tokens: 1 is a perfect critic, 0 a constant."""
-    variance = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
-    residual = returns - values
-    residual_variance = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    variance = masked_var(returns, mask, unbiased=False)
     if variance <= 0:
         return torch.tensor(float("nan"), device=values.device)
-    return 1 - residual_variance / variance
+    return 1 - masked_var(returns - values, mask, unbiased=False) / variance

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llm_rl.errors import RecipeError
+from llm_rl.errors import RecipeError, did_you_mean
 
 # ----------------------------------------------------------------------------------------------------
 # Sections
@@ -224,13 +224,34 @@ class Recipe(Section):
         return f"{self.algorithm}-{Path(task).name}"
 
 
+class PPOSettings(BaseModel):
+    """Our own keys of the `ppo:` section (the rest are PPOConfig fields, checked against the dataclass)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    # The critic's weights: "policy" (a fresh scalar head on the policy), "reward_model", or a folder.
+    value_model: str = "policy"
+    # The critic's learning rate; None: training.learning_rate.
+    critic_learning_rate: float | None = Field(None, ge=0.0)
+    # Updates at the start in which only the critic learns (the policy is frozen).
+    critic_warmup_steps: int = Field(0, ge=0)
+    # The score of a sample for which every reward function returned None (not applicable).
+    none_reward: float = 0.0
+
+
 # Our own PPO keys; everything else in `ppo:` must be a PPOConfig field.
-PPO_OWN_KEYS = {
-    "value_model": "policy",
-    "critic_learning_rate": None,
-    "critic_warmup_steps": 0,
-    "none_reward": 0.0,
-}
+PPO_OWN_KEYS = frozenset(PPOSettings.model_fields)
+
+
+def ppo_settings(recipe: Recipe) -> PPOSettings:
+    """The recipe's own PPO keys, type-checked, with errors naming the key."""
+    try:
+        return PPOSettings.model_validate({k: v for k, v in recipe.ppo.items() if k in PPO_OWN_KEYS})
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise RecipeError(f"ppo.{key}: {first['msg'].lower()}") from None
+
 
 # Fields of TRL's configs that the shared sections own: setting them in grpo:/ppo: would make two
 # places say the same thing, so it is an error naming the shared key to use instead.
@@ -439,7 +460,7 @@ def check_trl_sections(recipe: Recipe, where: str) -> None:
         section: dict[str, Any] = getattr(recipe, algorithm)
         if not section:
             continue
-        own = PPO_OWN_KEYS if algorithm == "ppo" else {}
+        own = PPO_OWN_KEYS if algorithm == "ppo" else frozenset()
         fields = trl_config_fields(algorithm)
         for key in section:
             if key in own:
@@ -450,9 +471,7 @@ def check_trl_sections(recipe: Recipe, where: str) -> None:
                     where=where,
                 )
             if key not in fields:
-                options = list(fields) + list(own)
-                close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(key, [*fields, *sorted(own)])
                 config = "GRPOConfig" if algorithm == "grpo" else "PPOConfig"
                 raise RecipeError(f"{algorithm}.{key}: not a field of TRL's {config}{hint}", where=where)
 

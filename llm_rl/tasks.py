@@ -12,13 +12,12 @@ held out in sampling only: it measures the policy on the task's distribution, no
 
 from __future__ import annotations
 
-import difflib
 import random
 from collections.abc import Callable
 
 from datasets import Dataset
 
-from llm_rl.errors import DataError
+from llm_rl.errors import DataError, unknown_builtin
 from llm_rl.recipe import ArithmeticTaskSection, DataSection
 
 # Offset of the eval split's seed from the run seed, so that the two splits are different draws.
@@ -78,8 +77,5 @@ def build_task(name: str, data: DataSection, seed: int) -> dict[str, Dataset]:
     """The splits of the built-in task `name`; an unknown name is a DataError listing the known ones."""
     builder = BUILTIN_TASKS.get(name)
     if builder is None:
-        close = difflib.get_close_matches(name, list(BUILTIN_TASKS), n=1)
-        hint = f" (did you mean 'builtin:{close[0]}'?)" if close else ""
-        known = ", ".join(f"builtin:{task}" for task in BUILTIN_TASKS)
-        raise DataError(f"unknown built-in task{hint}; known: {known}", where=f"builtin:{name}")
+        raise DataError(unknown_builtin("task", name, BUILTIN_TASKS), where=f"builtin:{name}")
     return builder(data, seed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +40,19 @@ def device_args(precision: str) -> dict[str, Any]:
         if world_size() > 1:
             args["ddp_backend"] = "gloo"
     return args
+
+
+# (trainer state, log) -> prompt-completion pairs consumed so far.
+SampleCounter = Callable[[Any, dict[str, Any]], int]
+
+
+def sample_counter(samples_per_step: int) -> SampleCounter:
+    """Samples so far for an algorithm that consumes `samples_per_step` pairs per optimizer update."""
+
+    def count(state: Any, logs: dict[str, Any]) -> int:
+        return state.global_step * samples_per_step
+
+    return count
 
 
 def steps_for_budget(recipe: Recipe, samples_per_step: int) -> int:

@@ -18,6 +18,7 @@ from trl.experimental.ppo.ppo_trainer import (  # noqa: E402
     batch_generation,
     forward,
     masked_mean,
+    masked_var,
     masked_whiten,
     truncate_response,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "forward",
     "get_reward",
     "masked_mean",
+    "masked_var",
     "masked_whiten",
     "truncate_response",
 ]

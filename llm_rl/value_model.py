@@ -22,14 +22,14 @@ from transformers.utils import logging as transformers_logging
 
 from llm_rl.errors import ModelError, RecipeError, first_line
 from llm_rl.models import model_dtype, resolve_model_path
-from llm_rl.recipe import Recipe
+from llm_rl.recipe import Recipe, ppo_settings
 
 VALUE_MODEL_DIR = "value_model"
 
 
 def value_model_source(recipe: Recipe, policy_path: str) -> tuple[str, bool]:
     """(folder to load, whether its scalar head is new) for `ppo.value_model`."""
-    choice = recipe.ppo.get("value_model", "policy")
+    choice = ppo_settings(recipe).value_model
     if choice == "policy":
         return policy_path, True
     if choice == "reward_model":

@@ -11,6 +11,7 @@ import torch
 import yaml
 from conftest import REPO, run_entry
 from datasets import Dataset
+from ppo_clip_probe import norm
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, TrainerCallback
 
@@ -303,11 +304,6 @@ def post_clip_norms(trainer) -> list[tuple[float, float]]:
     """Records, right before every optimizer step, the policy's and the critic's gradient norms."""
     wrapper = trainer.accelerator.unwrap_model(trainer.model)
     norms: list[tuple[float, float]] = []
-
-    def norm(module: torch.nn.Module) -> float:
-        grads = [p.grad for p in module.parameters() if p.grad is not None]
-        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
-
     trainer.optimizer.optimizer.register_step_pre_hook(
         lambda *_: norms.append((norm(wrapper.policy), norm(wrapper.value_model)))
     )

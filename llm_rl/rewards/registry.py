@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
@@ -12,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from llm_rl.errors import RewardError
+from llm_rl.errors import RewardError, did_you_mean
 from llm_rl.recipe import RewardEntry
 from llm_rl.rewards.base import RewardFunction, RewardParameterError
 from llm_rl.rewards.builtins import accuracy_reward, format_reward, length_reward
@@ -49,8 +48,7 @@ def check_keys(kwargs: dict[str, Any], accepted: list[str], owner: str) -> None:
     """Every recipe key must name a parameter; the error names the key, the owner and what is accepted."""
     for key in kwargs:
         if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, accepted)
             listed = ", ".join(accepted) or "none"
             raise RewardParameterError(key, f"not a parameter of {owner}{hint}; it accepts: {listed}")
 
@@ -107,8 +105,7 @@ def build_user_function(path: str, kwargs: dict[str, Any]) -> RewardFunction:
 
 def unknown_name(name: str) -> RewardParameterError:
     """The error for a name that is neither registered nor an import path, with the closest match."""
-    close = difflib.get_close_matches(name, list(REWARDS), n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(name, REWARDS, cutoff=0.5)
     return RewardParameterError(
         "name",
         f"unknown reward {name!r}{hint}; registered: {', '.join(REWARDS)}, "
