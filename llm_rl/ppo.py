@@ -138,7 +138,7 @@ def prepare(components: Components) -> None:
         )
     components.extras = {
         "train_tokens": tokenize_prompts(components.data.train, tokenizer),
-        "value_model": load_value_model(recipe, components.policy_path, tokenizer.pad_token_id),
+        "value_model": load_value_model(recipe, components.policy_path, tokenizer),
     }
 
 

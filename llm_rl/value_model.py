@@ -17,7 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.utils import logging as transformers_logging
 
 from llm_rl.errors import ModelError, RecipeError, first_line
@@ -51,8 +56,12 @@ def is_causal_lm(folder: Path) -> bool:
     return any(name.endswith("ForCausalLM") for name in architectures)
 
 
-def load_value_model(recipe: Recipe, policy_path: str, pad_token_id: int) -> PreTrainedModel:
-    """The critic for a recipe, with one output per token and the policy's pad token."""
+def load_value_model(recipe: Recipe, policy_path: str, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """The critic for a recipe, with one output per token and the policy's pad token.
+
+    The critic reads the policy's tokens, so its vocabulary must cover the policy tokenizer's (a reward
+    model with a tokenizer of its own can score text under `rewards:`, but not be the critic).
+    """
     folder, head_is_new = value_model_source(recipe, policy_path)
     try:
         with quiet_transformers():
@@ -71,10 +80,30 @@ def load_value_model(recipe: Recipe, policy_path: str, pad_token_id: int) -> Pre
             f"ppo.value_model: {type(model).__name__} has no `score` head, which TRL's PPO reads values from",
             where=folder,
         )
-    model.config.pad_token_id = pad_token_id
+    if folder != policy_path:
+        check_reads_policy_tokens(model, folder, tokenizer)
+    model.config.pad_token_id = tokenizer.pad_token_id
     if head_is_new:
         zero_scalar_head(model)
     return model
+
+
+def check_reads_policy_tokens(
+    model: PreTrainedModel, folder: str, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Refuse a critic whose tokenizer (or, without one, whose embedding table) is not the policy's."""
+    problem = None
+    if (Path(folder) / "tokenizer_config.json").is_file():
+        if AutoTokenizer.from_pretrained(folder).get_vocab() != tokenizer.get_vocab():
+            problem = "its tokenizer's vocabulary differs from the policy's"
+    elif model.get_input_embeddings().num_embeddings < len(tokenizer):
+        problem = f"it knows fewer token ids than the policy's tokenizer has ({len(tokenizer)})"
+    if problem:
+        raise ModelError(
+            f"ppo.value_model: {problem}; the critic reads the policy's tokens, so it needs the policy's "
+            "vocabulary (a reward model with a tokenizer of its own can still score under rewards:)",
+            where=folder,
+        )
 
 
 @contextmanager

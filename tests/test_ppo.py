@@ -218,6 +218,38 @@ def test_reward_adapter_matches_the_reward_functions_called_directly() -> None:
     assert scores.tolist() == pytest.approx(weighted)
 
 
+def test_reward_model_with_its_own_tokenizer_scores_decoded_responses(reward_model_dir: Path) -> None:
+    """A learned reward whose tokenizer is not the policy's re-reads the decoded text with its own."""
+    tokenizer = build_tokenizer()
+    rows = Dataset.from_dict({"prompt": ["what is 3 + 4 ?", "good"], "answer": ["7", "7"]})
+    rewards = build_reward_functions([RewardEntry(name="reward_model", path=str(reward_model_dir))])
+    completions = [" 7", " 3 + 4"]
+    ids = [
+        tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        for text in completions
+    ]
+    width = max(len(row) for row in ids)
+    responses = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])
+    scores, _ = RewardAdapter(rewards, rows, tokenizer)(torch.tensor([0, 1]), responses)
+    direct = rewards.functions[0](
+        prompts=list(rows["prompt"]), completions=completions, answer=list(rows["answer"])
+    )
+    assert scores.tolist() == pytest.approx(direct)
+    assert len(set(direct)) == 2, "the two texts should score differently"
+
+
+def test_critic_with_another_vocabulary_is_refused(tmp_path: Path, reward_model_dir: Path) -> None:
+    result = run_entry(
+        ["validate", str(PPO_RECIPE), "--set", f"run.output_dir={tmp_path / 'run'}",
+         "--set", f"rewards=[{{name: reward_model, path: {reward_model_dir}}}]",
+         "--set", "ppo.value_model=reward_model"],
+        launcher=[LLM_RL], timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error: " in result.stderr and "tokenizer's vocabulary differs from the policy's" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_reward_adapter_gives_none_reward_when_no_function_applies() -> None:
     tokenizer = build_tokenizer()
     rows = Dataset.from_dict({"prompt": ["1+2=", "2+2="], "answer": ["3", "4"]})
@@ -235,7 +267,7 @@ def test_reward_adapter_gives_none_reward_when_no_function_applies() -> None:
 def test_value_model_from_policy_has_the_policy_body_and_a_zero_head(tmp_path: Path) -> None:
     recipe = small_ppo_recipe(tmp_path / "run")
     policy = load_file(tiny_model_path() / "model.safetensors")
-    critic = load_value_model(recipe, str(tiny_model_path()), pad_token_id=0)
+    critic = load_value_model(recipe, str(tiny_model_path()), build_tokenizer())
     state = critic.state_dict()
     assert torch.count_nonzero(critic.score.weight) == 0
     body = [key for key in policy if key.startswith("model.")]
@@ -262,7 +294,7 @@ def test_value_model_from_reward_model_and_from_a_path_keep_their_head(tmp_path:
     )
     from_path = small_ppo_recipe(tmp_path / "run", f"ppo.value_model={folder}")
     for recipe in (from_reward_model, from_path):
-        critic = load_value_model(recipe, str(tiny_model_path()), pad_token_id=0)
+        critic = load_value_model(recipe, str(tiny_model_path()), build_tokenizer())
         state = critic.state_dict()
         assert all(torch.equal(saved[key], state[key]) for key in saved)
         assert torch.count_nonzero(critic.score.weight) > 0

@@ -258,45 +258,6 @@ def test_length_parameter_errors(kwargs, message):
 # reward_model
 # ----------------------------------------------------------------------------------------------------
 
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
-
-
-@pytest.fixture(scope="module")
-def reward_model_dir(tmp_path_factory) -> Path:
-    """A tiny LlamaForSequenceClassification and a WordLevel tokenizer trained here, saved to a folder."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
-
-    corpus = ["user : what is 3 + 4 ?", "assistant : 7", "the answer is 7 because 3 plus 4 is 7", "good bad"]
-    backend = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[EOS]"]))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        eos_token="[EOS]",
-        model_input_names=["input_ids", "attention_mask"],
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForSequenceClassification(config)
-    folder = tmp_path_factory.mktemp("reward_model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
 
 def own_scores(folder: Path, texts: list[str]) -> list[float]:
     """The saved model's own logits[:, 0], one text at a time."""
