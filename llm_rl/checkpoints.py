@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accelerate import PartialState
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -32,6 +33,8 @@ class SampleNamedCheckpoints(TrainerCallback):
         self.count_samples = count_samples
 
     def on_save(self, args, state, control, **kwargs):
+        # Every rank writes its own files (RNG state) into the folder: rename only once all are done.
+        PartialState().wait_for_everyone()
         if not state.is_world_process_zero:
             return
         step_dir = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"

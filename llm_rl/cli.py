@@ -61,14 +61,15 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 def command_train(args: argparse.Namespace) -> int:
     """Train a recipe and print where its run folder is."""
     from llm_rl.recipe import load_recipe
-    from llm_rl.run import train
+    from llm_rl.run import is_main_process, train
 
     recipe = load_recipe(args.recipe, args.overrides)
     summary = train(recipe)
-    print(
-        f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
-        f"final reward {summary['final_reward']}, run folder {recipe.output_dir}"
-    )
+    if is_main_process():
+        print(
+            f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
+            f"final reward {summary['final_reward']}, run folder {recipe.output_dir}"
+        )
     return EXIT_OK
 
 

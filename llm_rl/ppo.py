@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import PreTrainedModel, TrainerCallback
 
 from llm_rl.components import Components
 from llm_rl.data import tokenize_prompts
 from llm_rl.errors import DataError, ModelError, RecipeError
 from llm_rl.lora import peft_config
+from llm_rl.models import load_policy
 from llm_rl.ppo_rewards import RewardAdapter
 from llm_rl.ppo_trainer import UnifiedPPOTrainer
 from llm_rl.recipe import PPO_OWN_KEYS, Recipe, ppo_settings
@@ -139,7 +140,18 @@ def prepare(components: Components) -> None:
     components.extras = {
         "train_tokens": tokenize_prompts(components.data.train, tokenizer),
         "value_model": load_value_model(recipe, components.policy_path, tokenizer),
+        "reference_model": reference_model(recipe),
     }
+
+
+def reference_model(recipe: Recipe) -> PreTrainedModel | None:
+    """A second, frozen copy of the policy loaded from its folder; None with LoRA (the adapter-free policy).
+
+    Loaded rather than copied from the policy in memory, as TRL's copy fails under DeepSpeed ZeRO-3.
+    """
+    if recipe.model.lora.enabled:
+        return None
+    return load_policy(recipe.model, recipe.training.precision)
 
 
 def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> UnifiedPPOTrainer:
@@ -153,7 +165,7 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> U
         args=trl_config(recipe),
         processing_class=components.tokenizer,
         model=components.policy,
-        ref_model=None,
+        ref_model=extras["reference_model"],
         reward_model=RewardAdapter(
             components.rewards, components.data.train, components.tokenizer, own.none_reward
         ),

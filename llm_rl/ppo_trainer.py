@@ -8,7 +8,8 @@ Generation, the KL-penalised per-token rewards, GAE and the clipped policy and v
 - **gradient clipping** before every optimizer step, policy and critic apart, each to
   `training.max_grad_norm`: the value loss has the scale of the rewards and its gradient is often far
   larger than the policy's, so one joint norm would let the critic shrink the policy's steps. Both
-  norms before clipping are logged (`grad_norm`, `value/grad_norm`);
+  norms before clipping are logged (`grad_norm`, `value/grad_norm`). Under DeepSpeed the engine clips
+  both together, as it owns the step (`clip_gradients`);
 - **critic warm-up**: for the first `ppo.critic_warmup_steps` updates the policy's learning rate is 0,
   so only the critic learns (its targets come from the policy's rollouts, which stay fixed);
 - the loop **stops** when a callback sets `should_training_stop` (early stopping);
@@ -31,7 +32,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers.integrations.deepspeed import deepspeed_load_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import selective_log_softmax
 
@@ -41,6 +43,7 @@ from llm_rl.trl_ppo import (
     OnlineTrainerState,
     PPOTrainer,
     batch_generation,
+    deepspeed_leaves_alone,
     first_true_indices,
     forward,
     get_reward,
@@ -68,7 +71,8 @@ class UnifiedPPOTrainer(PPOTrainer):
         """TRL's arguments, plus the critic's learning rate and warm-up and `sampling` (top_p, top_k)."""
         self.critic_learning_rate = critic_learning_rate
         self.critic_warmup_steps = critic_warmup_steps
-        super().__init__(*args, **kwargs)
+        with deepspeed_leaves_alone(RewardAdapter):
+            super().__init__(*args, **kwargs)
         # TRL's PPOTrainer never runs Trainer.__init__; Trainer's checkpoint loaders read these.
         self.is_fsdp_xla_enabled = self.is_fsdp_xla_v1_enabled = self.is_fsdp_xla_v2_enabled = False
         self.is_distributed_loading_by_transformers = False
@@ -134,12 +138,13 @@ class UnifiedPPOTrainer(PPOTrainer):
         """Run PPO updates until the budget is spent or a callback stops training."""
         args = self.args
         self.init_state()
+        if self.is_deepspeed_enabled:
+            # Trainer's save and load methods find the DeepSpeed engine under these names.
+            self.deepspeed = self.model_wrapped = self.model
         batches = self.prompt_batches()
         if resume_from_checkpoint is not None:
             self.resume(resume_from_checkpoint, batches)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
-        if self.is_deepspeed_enabled:
-            self.deepspeed = self.model_wrapped = self.model
         self.model.train()
         started = time.time()
         while self.state.global_step < self.state.max_steps and not self.control.should_training_stop:
@@ -397,7 +402,15 @@ class UnifiedPPOTrainer(PPOTrainer):
         return loss, stats
 
     def clip_gradients(self) -> dict[str, torch.Tensor]:
-        """Clip the policy's and the critic's gradients apart; returns both norms before clipping."""
+        """Clip the policy's and the critic's gradients apart; returns both norms before clipping.
+
+        Under DeepSpeed the engine clips inside its own step, over all its gradients at once (policy and
+        critic together, to `gradient_clipping`, which `llm_rl.training_args` sets from
+        `training.max_grad_norm`): only that joint norm exists, logged as `grad_norm`.
+        """
+        if self.is_deepspeed_enabled:
+            norm = self.model.get_global_grad_norm()
+            return {} if norm is None else {"grad_norm": torch.as_tensor(float(norm), dtype=torch.float32)}
         limit = self.args.max_grad_norm or math.inf
         unwrapped = self.accelerator.unwrap_model(self.model)
         norms = {}
@@ -452,26 +465,28 @@ class UnifiedPPOTrainer(PPOTrainer):
     # ------------------------------------------------------------------------------------------------
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The policy as a `save_pretrained` folder, then the critic into `value_model/` beside it.
+        """The policy as a `save_pretrained` folder (a LoRA adapter with LoRA), the critic in `value_model/`.
 
-        TRL's version reads `self.model.policy`, which a DDP wrapper does not have: unwrap first.
+        One path for plain, DDP and DeepSpeed runs: accelerate hands over the full weights of both models
+        (every rank takes part, as ZeRO-3 gathers shards), and the main process saves each model's part.
+        TRL's version gives Trainer the bare policy where Trainer expects the DeepSpeed engine.
         """
-        wrapped = self.model
-        unwrapped = self.accelerator.unwrap_model(wrapped)
-        self.model = unwrapped.policy
-        if self.is_deepspeed_enabled:
-            wrapped_deepspeed, self.deepspeed = self.deepspeed, self.model
-        try:
-            super(PPOTrainer, self).save_model(output_dir, _internal_call)
-        finally:
-            self.model = wrapped
-            if self.is_deepspeed_enabled:
-                self.deepspeed = wrapped_deepspeed
         output_dir = output_dir or self.args.output_dir
-        if self.args.should_save:
-            unwrapped.value_model.save_pretrained(
-                os.path.join(output_dir, VALUE_MODEL_DIR), safe_serialization=True
-            )
+        weights = self.accelerator.get_state_dict(self.model)
+        if not self.args.should_save:
+            return
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        parts = (
+            (unwrapped.policy, "policy.", output_dir),
+            (unwrapped.value_model, "value_model.", os.path.join(output_dir, VALUE_MODEL_DIR)),
+        )
+        for module, prefix, folder in parts:
+            own = {
+                key.removeprefix(prefix): value for key, value in weights.items() if key.startswith(prefix)
+            }
+            module.save_pretrained(folder, state_dict=own, safe_serialization=True)
+        self.processing_class.save_pretrained(output_dir)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def _save_checkpoint(self, model, trial) -> None:
         """Trainer's checkpoint (weights, optimizer, scheduler, RNG, state), without TRL's model card.
@@ -482,9 +497,13 @@ class UnifiedPPOTrainer(PPOTrainer):
 
     def resume(self, checkpoint: str, batches: Iterator[dict[str, torch.Tensor]]) -> None:
         """Continue exactly from a checkpoint: weights, optimizer, scheduler, counters, data position, RNG."""
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        self._load_from_checkpoint(checkpoint, model=unwrapped.policy)
-        self._load_from_checkpoint(os.path.join(checkpoint, VALUE_MODEL_DIR), model=unwrapped.value_model)
+        if self.is_deepspeed_enabled:
+            # The engine's own checkpoint holds both models and its (possibly sharded) optimizer.
+            deepspeed_load_checkpoint(self.model, checkpoint)
+        else:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            self._load_from_checkpoint(checkpoint, model=unwrapped.policy)
+            self._load_from_checkpoint(os.path.join(checkpoint, VALUE_MODEL_DIR), model=unwrapped.value_model)
         self._load_optimizer_and_scheduler(checkpoint)
         saved = OnlineTrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
         self.state.global_step = saved.global_step

@@ -15,7 +15,11 @@ from typing import Any
 import torch
 from transformers import TrainingArguments
 
+from llm_rl.errors import RecipeError
 from llm_rl.recipe import Recipe
+
+# accelerate reads DeepSpeed's `gradient_clipping` from this variable (set by `accelerate launch`).
+DEEPSPEED_CLIPPING_VARIABLE = "ACCELERATE_GRADIENT_CLIPPING"
 
 
 def world_size() -> int:
@@ -40,6 +44,34 @@ def device_args(precision: str) -> dict[str, Any]:
         if world_size() > 1:
             args["ddp_backend"] = "gloo"
     return args
+
+
+def sync_deepspeed_clipping(max_grad_norm: float | None) -> None:
+    """Under DeepSpeed, make the engine clip at `training.max_grad_norm` (None or 0: no clipping).
+
+    DeepSpeed clips inside its own step, at its config's `gradient_clipping`. When the accelerate or
+    DeepSpeed config leaves it unset (`auto`), accelerate would put 1.0 there whatever the recipe says,
+    and TRL's PPO never passes the recipe's value on: the recipe's goes in through the variable that
+    accelerate reads. A value the config does set must agree with the recipe's.
+    """
+    if not under_deepspeed():
+        return
+    from accelerate.utils import DeepSpeedPlugin
+
+    wanted = float(max_grad_norm or 0.0)
+    configured = DeepSpeedPlugin().deepspeed_config.get("gradient_clipping")
+    if configured == "auto":
+        os.environ[DEEPSPEED_CLIPPING_VARIABLE] = str(wanted)
+        return
+    if float(configured or 0.0) != wanted:
+        ours = max_grad_norm if max_grad_norm else "null (no clipping)"
+        theirs = (
+            "no gradient_clipping (no clipping)" if configured is None else f"gradient_clipping: {configured}"
+        )
+        raise RecipeError(
+            f"training.max_grad_norm is {ours} but the DeepSpeed config has {theirs}; DeepSpeed "
+            "clips at its own value, so make them agree or set gradient_clipping to auto there"
+        )
 
 
 # (trainer state, log) -> prompt-completion pairs consumed so far.
@@ -80,9 +112,13 @@ def checkpointing_field() -> str:
 
 
 def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any]:
-    """TrainingArguments fields set from the shared sections; each trainer builder adds its own."""
+    """TrainingArguments fields set from the shared sections; each trainer builder adds its own.
+
+    Under DeepSpeed this also sets the engine's clipping from the recipe (`sync_deepspeed_clipping`).
+    """
     training = recipe.training
     max_steps = steps_for_budget(recipe, samples_per_step)
+    sync_deepspeed_clipping(training.max_grad_norm)
     return {
         "output_dir": str(recipe.output_dir),
         "run_name": recipe.run_name,
