@@ -1,4 +1,4 @@
-"""The command line: `llm-rl train|validate`, and the `recipes/{grpo,ppo}.py` entry points.
+"""The command line: `llm-rl train|validate|rollback`, and the `recipes/{grpo,ppo}.py` entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
 `--debug`; 1 a failure while training.
@@ -83,6 +83,17 @@ def command_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_rollback(args: argparse.Namespace) -> int:
+    """Make an earlier checkpoint the one the next run resumes from."""
+    from llm_rl.checkpoints import rollback
+
+    target, aside = rollback(args.run_dir, args.to, args.best)
+    print(f"the next run of {args.run_dir} resumes from {target.name}")
+    if aside is not None:
+        print(f"later checkpoints, final/, the summary and a copy of metrics.jsonl are in {aside}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`llm-rl COMMAND ...`."""
     parser = argparse.ArgumentParser(prog="llm-rl", description="RL fine-tuning of LLMs with GRPO and PPO")
@@ -93,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate_parser = commands.add_parser("validate", help="check a recipe without training")
     add_recipe_arguments(validate_parser, recipe_positional=True)
     validate_parser.set_defaults(run=command_validate)
+    rollback_parser = commands.add_parser("rollback", help="resume a run from an earlier checkpoint")
+    rollback_parser.add_argument("run_dir", type=Path, help="the run folder")
+    which = rollback_parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--to", metavar="checkpoint-N", help="the checkpoint folder to go back to")
+    which.add_argument("--best", action="store_true", help="the checkpoint with the best score")
+    rollback_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    rollback_parser.set_defaults(run=command_rollback)
     args = parser.parse_args(argv)
     return guarded(args.run, args)
 

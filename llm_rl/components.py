@@ -23,4 +23,6 @@ class Components:
     rewards: RewardSet
     # The folder the policy was loaded from (TRL reloads reference models from it).
     policy_path: str
+    # Reward on the eval split every `evaluation.every` updates (llm_rl.evaluation), when asked for.
+    held_out: Any = None
     extras: dict[str, Any] | None = None

@@ -7,12 +7,35 @@ saves a checkpoint and stops. Our PPO loop reads `should_training_stop` as TRL's
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import torch.distributed as dist
 from transformers import TrainerCallback
 
 from llm_rl.recipe import EarlyStoppingSection
+
+
+class MetricWindow:
+    """The mean of one metric over its last `size` rows (a `MetricsCallback` observer): a checkpoint's score."""
+
+    def __init__(self, metric: str, size: int, mode: str) -> None:
+        self.metric = metric
+        self.mode = mode
+        self._values: deque[float] = deque(maxlen=size)
+
+    @classmethod
+    def for_early_stopping(cls, settings: EarlyStoppingSection) -> MetricWindow:
+        """The early-stopping metric over one round of rows."""
+        return cls(settings.metric, settings.rows_per_round, settings.mode)
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        value = row.get(self.metric)
+        if isinstance(value, int | float):
+            self._values.append(float(value))
+
+    def value(self) -> float | None:
+        return sum(self._values) / len(self._values) if self._values else None
 
 
 class EarlyStopping(TrainerCallback):
@@ -45,7 +68,9 @@ class EarlyStopping(TrainerCallback):
         if self.rounds_without_improvement >= self.settings.patience:
             self.triggered = True
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_log(self, args, state, control, **kwargs):
+        # After MetricsCallback (earlier in the list) has fed this log's row to `__call__`; both trainers
+        # save and stop right after a log, so the row that ends the patience ends the run.
         if share_from_main_process(self.triggered):
             self.triggered = True
             control.should_training_stop = True

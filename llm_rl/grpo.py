@@ -11,8 +11,10 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from llm_rl.checkpoints import StagedCheckpoints
 from llm_rl.components import Components
 from llm_rl.errors import RecipeError
+from llm_rl.evaluation import HeldOutReward
 from llm_rl.lora import peft_config
 from llm_rl.recipe import Recipe
 from llm_rl.training_args import SampleCounter, sample_counter, shared_training_args, world_size
@@ -78,12 +80,24 @@ def prepare(components: Components) -> None:
     """Checks beyond the recipe's that need the loaded data or model: none for GRPO (TRL accepts any size)."""
 
 
-class UnifiedGRPOTrainer(GRPOTrainer):
+class UnifiedGRPOTrainer(StagedCheckpoints, GRPOTrainer):
     """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`).
 
     TRL logs the spread over the whole batch; the spread inside each prompt's group is what GRPO's
-    advantages are made of, so a group spread near zero means no learning signal.
+    advantages are made of, so a group spread near zero means no learning signal. Checkpoints are
+    staged, then completed by `llm_rl.checkpoints.CheckpointManager`.
     """
+
+    def __init__(self, *args: Any, held_out: HeldOutReward | None = None, **kwargs: Any) -> None:
+        """GRPOTrainer's arguments, plus the held-out reward evaluator (`evaluation.every`)."""
+        self.held_out = held_out
+        super().__init__(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A training log, with the held-out reward joined to it on evaluation updates."""
+        if self.held_out is not None and "loss" in logs and self.held_out.due(self.state.global_step):
+            logs = {**logs, **self.held_out(self.model_wrapped, self.accelerator)}
+        super().log(logs, start_time)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -107,4 +121,5 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> G
         processing_class=components.tokenizer,
         callbacks=callbacks,
         peft_config=peft_config(recipe.model.lora),
+        held_out=components.held_out,
     )

@@ -77,12 +77,12 @@ class TensorBoardSink:
 
 
 def rename_metrics(logs: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """Keep the keys the table knows, under their unified names, plus per-reward `rewards/...` keys."""
+    """Keep the keys the table knows, under their unified names, plus `rewards/...` and `eval/...` keys."""
     row: dict[str, Any] = {}
     for key, value in logs.items():
         if key in names:
             row[names[key]] = value
-        elif key.startswith("rewards/"):
+        elif key.startswith(("rewards/", "eval/")):
             row[key] = value
     return row
 
@@ -137,10 +137,11 @@ class MetricsCallback(TrainerCallback):
         if not state.is_world_process_zero or not logs or not self._is_training_log(logs):
             return
         row = self.make_row(state, logs)
-        for sink in self.sinks:
-            sink.write(row)
+        # Observers first: alerts add their `alerts/<name>` keys to the row the sinks then write.
         for observer in self.on_row:
             observer(row)
+        for sink in self.sinks:
+            sink.write(row)
         self.last_row = row
 
     def on_train_end(self, args, state, control, **kwargs):

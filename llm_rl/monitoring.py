@@ -9,6 +9,7 @@ from __future__ import annotations
 import netrc
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,14 @@ def wandb_run_id(output_dir: Path) -> str:
     run_id = uuid.uuid4().hex[:12]
     path.write_text(run_id)
     return run_id
+
+
+def wandb_notifier(sinks: list[MetricSink]) -> Callable[[str, str], None] | None:
+    """The wandb sink's `alert`, when the run logs to wandb."""
+    for sink in sinks:
+        if isinstance(sink, WandbSink):
+            return sink.alert
+    return None
 
 
 def make_sinks(recipe: Recipe, output_dir: Path) -> list[MetricSink]:

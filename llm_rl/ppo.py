@@ -177,4 +177,5 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> U
         critic_learning_rate=own.critic_learning_rate,
         critic_warmup_steps=own.critic_warmup_steps,
         sampling={"top_p": recipe.generation.top_p, "top_k": recipe.generation.top_k or 0},
+        held_out=components.held_out,
     )

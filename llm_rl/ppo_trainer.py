@@ -37,6 +37,8 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import selective_log_softmax
 
+from llm_rl.checkpoints import StagedCheckpoints
+from llm_rl.evaluation import HeldOutReward
 from llm_rl.ppo_rewards import RewardAdapter, reward_metrics
 from llm_rl.trl_ppo import (
     INVALID_LOGPROB,
@@ -57,7 +59,7 @@ from llm_rl.value_model import VALUE_MODEL_DIR
 POLICY_GROUP, VALUE_GROUP = "policy", "value"
 
 
-class UnifiedPPOTrainer(PPOTrainer):
+class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
     """TRL's PPOTrainer driven by our loop (module docstring). `reward_model` must be a `RewardAdapter`."""
 
     def __init__(
@@ -66,9 +68,12 @@ class UnifiedPPOTrainer(PPOTrainer):
         critic_learning_rate: float | None = None,
         critic_warmup_steps: int = 0,
         sampling: dict[str, Any] | None = None,
+        held_out: HeldOutReward | None = None,
         **kwargs: Any,
     ) -> None:
-        """TRL's arguments, plus the critic's learning rate and warm-up and `sampling` (top_p, top_k)."""
+        """TRL's arguments, plus the critic's learning rate and warm-up, `sampling` (top_p, top_k) and the
+        held-out reward evaluator (`evaluation.every`)."""
+        self.held_out = held_out
         self.critic_learning_rate = critic_learning_rate
         self.critic_warmup_steps = critic_warmup_steps
         with deepspeed_leaves_alone(RewardAdapter):
@@ -158,6 +163,8 @@ class UnifiedPPOTrainer(PPOTrainer):
             if self.state.global_step % self.state.logging_steps == 0:
                 metrics = self.update_metrics(rollout, stats, warming_up)
                 metrics["eps"] = int(self.state.episode / max(time.time() - started, 1e-9))
+                if self.held_out is not None and self.held_out.due(self.state.global_step):
+                    metrics.update(self.held_out(self.model, self.accelerator, policy_of=lambda m: m.policy))
                 self.log(metrics)
             self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)

@@ -178,8 +178,52 @@ class WandbSection(Section):
     tags: list[str] = Field(default_factory=list)
 
 
+AlertAction = Literal["warn", "stop", "off"]
+
+
+class BoundAlert(Section):
+    """Fires when a metric goes above `above`."""
+
+    above: float = Field(gt=0.0)
+    # warn: log it and go on; stop: save the last good state and end with status stopped_by_alert.
+    action: AlertAction = "warn"
+
+
+class CollapseAlert(Section):
+    """Fires when every sample got the same reward (`reward/std` 0) for `rows` rows in a row."""
+
+    rows: int = Field(20, gt=0)
+    action: AlertAction = "warn"
+
+
+class NonFiniteAlert(Section):
+    """Fires on NaN or inf in a loss, the reward or the gradient norm."""
+
+    action: AlertAction = "stop"
+
+
+class AlertsSection(Section):
+    grad_norm: BoundAlert = Field(default_factory=lambda: BoundAlert(above=100.0))
+    kl: BoundAlert = Field(default_factory=lambda: BoundAlert(above=10.0))
+    value_loss: BoundAlert = Field(default_factory=lambda: BoundAlert(above=100.0))
+    reward_collapse: CollapseAlert = Field(default_factory=CollapseAlert)
+    nonfinite: NonFiniteAlert = Field(default_factory=NonFiniteAlert)
+
+
+class EvaluationSection(Section):
+    """Reward on the data's eval split (`llm_rl.evaluation`)."""
+
+    # Evaluate every this many updates (a multiple of training.logging_steps); null: never.
+    every: int | None = Field(None, gt=0)
+    # Greedy completions (steadier for early stopping); false samples as the generation section says.
+    greedy: bool = True
+    # Eval prompts per generate call and process.
+    batch_size: int = Field(64, gt=0)
+
+
 class MonitoringSection(Section):
     wandb: WandbSection = Field(default_factory=WandbSection)
+    alerts: AlertsSection = Field(default_factory=AlertsSection)
     tensorboard: bool = False
     # Print a progress bar and a line of metrics at every logging step.
     progress: bool = True
@@ -197,6 +241,7 @@ class Recipe(Section):
     training: TrainingSection = Field(default_factory=TrainingSection)
     checkpointing: CheckpointingSection = Field(default_factory=CheckpointingSection)
     early_stopping: EarlyStoppingSection = Field(default_factory=EarlyStoppingSection)
+    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     monitoring: MonitoringSection = Field(default_factory=MonitoringSection)
     grpo: dict[str, Any] = Field(default_factory=dict)
     ppo: dict[str, Any] = Field(default_factory=dict)
@@ -487,6 +532,19 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
         )
     if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
         raise RecipeError("early_stopping.patience must be at least 1", where=where)
+    every = recipe.evaluation.every
+    if every is not None and every % training.logging_steps:
+        raise RecipeError(
+            f"evaluation.every ({every}) must be a multiple of training.logging_steps "
+            f"({training.logging_steps}): eval metrics join the logged row of their update",
+            where=where,
+        )
+    if recipe.early_stopping.metric.startswith("eval/") and every is None:
+        raise RecipeError(
+            f"early_stopping.metric {recipe.early_stopping.metric!r} is an eval metric, but "
+            "evaluation.every is not set, so it is never measured",
+            where=where,
+        )
     resume = recipe.checkpointing.resume
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise RecipeError(

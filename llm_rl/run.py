@@ -18,13 +18,15 @@ from typing import Any
 import yaml
 from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
-from llm_rl.checkpoints import SampleNamedCheckpoints, list_checkpoints
+from llm_rl.alerts import Alerts, NoNonFiniteSaves
+from llm_rl.checkpoints import CheckpointManager, clear_staging, list_checkpoints, read_state
 from llm_rl.components import Components
 from llm_rl.data import load_prompt_data
-from llm_rl.early_stopping import EarlyStopping
+from llm_rl.early_stopping import EarlyStopping, MetricWindow
+from llm_rl.evaluation import held_out_reward
 from llm_rl.metrics import MetricsCallback
 from llm_rl.models import load_policy, load_tokenizer, resolve_model_path
-from llm_rl.monitoring import make_sinks
+from llm_rl.monitoring import make_sinks, wandb_notifier
 from llm_rl.progress import ProgressLine, QuietProgressCallback
 from llm_rl.recipe import Recipe
 from llm_rl.rewards import build_reward_functions
@@ -85,6 +87,7 @@ def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
     """Create the run folder with the resolved recipe; keep only the metric rows a resume continues from."""
     folder = recipe.output_dir
     folder.mkdir(parents=True, exist_ok=True)
+    clear_staging(folder)
     write_atomic(folder / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
     (folder / SUMMARY_FILE).unlink(missing_ok=True)
     metrics = folder / METRICS_FILE
@@ -94,6 +97,17 @@ def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
         kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= last_step]
     write_atomic(metrics, "".join(f"{line}\n" for line in kept))
     return folder
+
+
+def restore_watchers(
+    checkpoint: Path, folder: Path, score: MetricWindow, early_stopping: EarlyStopping | None
+) -> None:
+    """A resumed run's checkpoint score window and early-stopping state, as they were at the checkpoint."""
+    for row in read_rows(folder):
+        score(row)
+    saved = read_state(checkpoint).get("early_stopping")
+    if early_stopping is not None and saved is not None:
+        early_stopping.load_state_dict(saved)
 
 
 def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
@@ -146,19 +160,21 @@ def train(recipe: Recipe) -> dict[str, Any]:
     algorithm = algorithm_module(recipe.algorithm)
     algorithm.trl_config(recipe)
     algorithm.prepare(components)
+    components.held_out = held_out_reward(components)
     resume_from = find_resume_checkpoint(recipe)
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
-    metrics = MetricsCallback(
-        algorithm.METRIC_NAMES,
-        count_samples,
-        make_sinks(recipe, folder) if is_main_process() else [],
-    )
-    callbacks = [metrics, SampleNamedCheckpoints(count_samples)]
+    sinks = make_sinks(recipe, folder) if is_main_process() else []
+    metrics = MetricsCallback(algorithm.METRIC_NAMES, count_samples, sinks)
+    score = MetricWindow.for_early_stopping(recipe.early_stopping)
     early_stopping = EarlyStopping(recipe.early_stopping) if recipe.early_stopping.enabled else None
-    if early_stopping is not None:
-        metrics.on_row.append(early_stopping)
-        callbacks.append(early_stopping)
+    alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(sinks))
+    if resume_from is not None:
+        restore_watchers(resume_from, folder, score, early_stopping)
+    metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
+    checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
+    no_broken_saves = NoNonFiniteSaves()
+    callbacks = [metrics, checkpoints, *([early_stopping] if early_stopping else []), alerts, no_broken_saves]
     trainer = algorithm.build_trainer(components, callbacks)
     total_rows = trainer.args.max_steps // trainer.args.logging_steps
     metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
@@ -169,8 +185,14 @@ def train(recipe: Recipe) -> dict[str, Any]:
     status = "failed"
     try:
         trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
-        save_final(trainer, components, folder)
-        status = "early_stopped" if early_stopping and early_stopping.triggered else "completed"
+        if not no_broken_saves.broken:
+            save_final(trainer, components, folder)
+        if alerts.stopped or no_broken_saves.broken:
+            status = "stopped_by_alert"
+        elif early_stopping and early_stopping.triggered:
+            status = "early_stopped"
+        else:
+            status = "completed"
     finally:
         metrics.close()
         samples = count_samples(trainer.state, {})

@@ -135,7 +135,8 @@ def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any
         checkpointing_field(): recipe.model.gradient_checkpointing,
         "save_strategy": "steps",
         "save_steps": save_every_steps(recipe, samples_per_step),
-        "save_total_limit": recipe.checkpointing.keep_last,
+        # Rotation is llm_rl's own (checkpoints.CheckpointManager), which also keeps the best checkpoint.
+        "save_total_limit": None,
         # Metrics reach wandb and TensorBoard through our own callback, under the unified names.
         "report_to": "none",
         "disable_tqdm": not recipe.monitoring.progress,

@@ -16,7 +16,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from llm_rl import ppo
+from llm_rl.checkpoints import CheckpointManager
 from llm_rl.data import tokenize_prompts
+from llm_rl.early_stopping import MetricWindow
 from llm_rl.ppo_rewards import RewardAdapter
 from llm_rl.recipe import RewardEntry, load_recipe
 from llm_rl.rewards import build_reward_functions
@@ -68,9 +70,13 @@ def small_ppo_recipe(output_dir: Path, *overrides: str):
 
 
 def build_ppo_trainer(recipe, callbacks=()):
+    """The trainer `llm_rl.run.train` builds, with the callback that completes checkpoints."""
     components = build_components(recipe)
     ppo.prepare(components)
-    return ppo.build_trainer(components, list(callbacks)), components
+    checkpoints = CheckpointManager(
+        ppo.count_samples(recipe), None, MetricWindow.for_early_stopping(recipe.early_stopping)
+    )
+    return ppo.build_trainer(components, [checkpoints, *callbacks]), components
 
 
 # --------------------------------------------------------------------------------------------------
@@ -366,7 +372,7 @@ def test_checkpointed_value_model_reloads_to_the_same_weights(tmp_path: Path) ->
     trainer.train()
     critic = trainer.accelerator.unwrap_model(trainer.model).value_model
     reloaded = AutoModelForSequenceClassification.from_pretrained(
-        tmp_path / "run" / "checkpoint-2" / "value_model"
+        tmp_path / "run" / "checkpoint-32" / "value_model"
     )
     expected = critic.state_dict()
     assert all(torch.equal(expected[key], value) for key, value in reloaded.state_dict().items())
@@ -382,7 +388,7 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
     first.args.num_total_batches = 2
     first.train()
     resumed, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
-    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-2"))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-32"))
 
     def logged(trainer, step):
         row = next(row for row in trainer.state.log_history if row["step"] == step)
