@@ -1,4 +1,5 @@
-"""The command line: `llm-rl train|validate|rollback`, and the `recipes/{grpo,ppo}.py` entry points.
+"""The command line: `llm-rl train|validate|rollback|migrate|compare`, and the `recipes/{grpo,ppo}.py`
+entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
 `--debug`; 1 a failure while training.
@@ -94,6 +95,32 @@ def command_rollback(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_migrate(args: argparse.Namespace) -> int:
+    """Convert a GRPO recipe (ours or a flat TRL-style YAML) to PPO, or back, and print what became of each key."""
+    from llm_rl.migration import migrate, write_recipe
+
+    migration = migrate(args.recipe, args.to, args.warm_start)
+    write_recipe(migration, args.recipe, args.output, args.to)
+    print(migration.table())
+    if migration.warnings:
+        keys = ", ".join(row.source for row in migration.warnings)
+        print(
+            f"warning: no {args.to.upper()} counterpart or not used (marked ! above): {keys}", file=sys.stderr
+        )
+    print(f"wrote {args.output}; check it with: llm-rl validate {args.output}")
+    return EXIT_OK
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    """Compare run folders: plots and a table in REPORT_DIR/report.md; print the table."""
+    from llm_rl.comparison import compare_runs
+
+    table, report = compare_runs(args.run_dirs, args.output)
+    print(table)
+    print(f"report: {report}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`llm-rl COMMAND ...`."""
     parser = argparse.ArgumentParser(prog="llm-rl", description="RL fine-tuning of LLMs with GRPO and PPO")
@@ -111,6 +138,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--best", action="store_true", help="the checkpoint with the best score")
     rollback_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     rollback_parser.set_defaults(run=command_rollback)
+    migrate_parser = commands.add_parser("migrate", help="convert a GRPO recipe to PPO (or back)")
+    migrate_parser.add_argument("recipe", type=Path, help="our recipe or a flat TRL-style GRPO YAML")
+    migrate_parser.add_argument("--to", choices=["ppo", "grpo"], default="ppo", help="the target algorithm")
+    migrate_parser.add_argument("-o", "--output", type=Path, required=True, help="the recipe to write")
+    migrate_parser.add_argument(
+        "--warm-start",
+        metavar="MODEL_DIR",
+        help="start the policy from this folder (e.g. a GRPO run's final/)",
+    )
+    migrate_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    migrate_parser.set_defaults(run=command_migrate)
+    compare_parser = commands.add_parser("compare", help="compare run folders: plots and a table")
+    compare_parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders")
+    compare_parser.add_argument("-o", "--output", type=Path, required=True, metavar="REPORT_DIR")
+    compare_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    compare_parser.set_defaults(run=command_compare)
     args = parser.parse_args(argv)
     return guarded(args.run, args)
 

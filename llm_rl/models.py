@@ -1,11 +1,15 @@
 """Loading the policy and its tokenizer from what a recipe's `model` section names.
 
 `model.policy` is a local `save_pretrained` folder, a hub id (for users online), or `builtin:<name>`
-for a model built locally (`builtin:tiny-arithmetic`, the embedded default).
+for a model built locally (`builtin:tiny-arithmetic`, the embedded default). A LoRA adapter folder (a
+GRPO run's `final/` or checkpoint with LoRA on) is merged into its base model once, and the merged folder,
+cached under `$LLM_RL_CACHE/merged/`, is what every later step loads: policy, reference model and critic.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,12 +18,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from llm_rl.errors import ModelError, first_line, unknown_builtin
 from llm_rl.recipe import ModelSection
-from llm_rl.tiny_model import tiny_model_path
+from llm_rl.tiny_model import build_atomically, cache_root, tiny_model_path
 
 BUILTIN_PREFIX = "builtin:"
 # Built-in model name -> the function that builds (or finds in the cache) its folder.
 BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny-arithmetic": tiny_model_path}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def resolve_model_path(name: str, needs_config: bool = True) -> str:
@@ -28,6 +33,8 @@ def resolve_model_path(name: str, needs_config: bool = True) -> str:
         return str(builtin_model_path(name[len(BUILTIN_PREFIX) :]))
     path = Path(name).expanduser()
     if path.is_dir():
+        if needs_config and is_adapter_folder(path):
+            return str(merged_adapter_path(path))
         if needs_config and not (path / "config.json").is_file():
             raise ModelError("folder has no config.json: not a save_pretrained model", where=name)
         return str(path)
@@ -36,6 +43,43 @@ def resolve_model_path(name: str, needs_config: bool = True) -> str:
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:
         raise ModelError("model folder not found", where=name)
     return name
+
+
+def is_adapter_folder(path: Path) -> bool:
+    """A peft adapter saved without its base model's weights."""
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def merged_adapter_path(adapter: Path) -> Path:
+    """The adapter merged into its base model, as a cached `save_pretrained` folder (built on first use)."""
+    base = json.loads((adapter / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelError(f"{ADAPTER_CONFIG} names no base_model_name_or_path", where=str(adapter))
+    base_path = resolve_model_path(base)
+    digest = hashlib.sha256(base_path.encode())
+    for file in sorted(adapter.iterdir()):
+        if file.is_file():
+            digest.update(file.name.encode() + file.read_bytes())
+    target = cache_root() / "merged" / f"{adapter.resolve().parent.name}-{digest.hexdigest()[:16]}"
+    if not (target / "config.json").is_file():
+        build_atomically(target, lambda folder: merge_adapter(adapter, base_path, folder))
+    return target
+
+
+def merge_adapter(adapter: Path, base_path: str, folder: Path) -> None:
+    """Load the base in its own dtype, apply the adapter, fold it into the weights, save model and tokenizer."""
+    from peft import PeftModel
+
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
+        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    except Exception as err:
+        raise ModelError(
+            f"LoRA adapter does not merge into {base_path}: {first_line(err)}", where=str(adapter)
+        ) from None
+    merged.save_pretrained(str(folder))
+    has_tokenizer = any((adapter / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
+    AutoTokenizer.from_pretrained(str(adapter) if has_tokenizer else base_path).save_pretrained(str(folder))
 
 
 def builtin_model_path(name: str) -> Path:

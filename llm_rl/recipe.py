@@ -361,12 +361,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     return validate_recipe(raw, where)
 
 
-def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Parse a YAML recipe and resolve its `extends:` chain into one mapping."""
-    path = path.resolve()
-    if path in _seen:
-        chain = " -> ".join(str(p) for p in (*_seen, path))
-        raise RecipeError(f"extends: cycle ({chain})", where=str(path))
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """A YAML file that must hold a mapping, with errors naming the file."""
     if not path.is_file():
         raise RecipeError("recipe file not found", where=str(path))
     try:
@@ -374,7 +370,17 @@ def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     except yaml.YAMLError as err:
         raise RecipeError(f"not valid YAML: {err}", where=str(path)) from None
     if not isinstance(data, dict):
-        raise RecipeError("a recipe must be a mapping of sections", where=str(path))
+        raise RecipeError("a recipe must be a mapping of keys", where=str(path))
+    return data
+
+
+def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Parse a YAML recipe and resolve its `extends:` chain into one mapping."""
+    path = path.resolve()
+    if path in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path))
+        raise RecipeError(f"extends: cycle ({chain})", where=str(path))
+    data = read_yaml_mapping(path)
     base_name = data.pop("extends", None)
     if base_name is None:
         return data

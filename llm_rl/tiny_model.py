@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,16 +67,19 @@ def tiny_model_path(settings: TinyModelSettings | None = None) -> Path:
     settings = settings or TinyModelSettings()
     target = cache_root() / f"tiny-arithmetic-{settings.key()}"
     if not (target / "config.json").is_file():
-        build_into(target, settings)
+        build_atomically(target, lambda folder: build_model(settings, folder))
     return target
 
 
-def build_into(target: Path, settings: TinyModelSettings) -> None:
-    """Build in a temporary folder next to `target`, then rename it into place (atomic on one filesystem)."""
+def build_atomically(target: Path, build: Callable[[Path], None]) -> None:
+    """Build a model folder in a temporary folder next to `target`, then rename it into place.
+
+    Atomic on one filesystem: processes that build the same folder at once all end with a complete one.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        build_model(settings, partial)
+        build(partial)
         try:
             partial.rename(target)
         except OSError:
