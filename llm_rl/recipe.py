@@ -265,8 +265,9 @@ class Recipe(Section):
     def run_name(self) -> str:
         if self.run.name:
             return self.run.name
-        task = self.data.source.split(":", 1)[-1].replace("/", "_").rsplit(".", 1)[0]
-        return f"{self.algorithm}-{Path(task).name}"
+        # builtin:arithmetic -> arithmetic; ../data/gsm8k or openai/gsm8k -> gsm8k; data/math.jsonl -> math.
+        task = Path(self.data.source.split(":", 1)[-1].rstrip("/")).stem
+        return f"{self.algorithm}-{task}"
 
 
 class PPOSettings(BaseModel):

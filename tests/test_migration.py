@@ -430,3 +430,36 @@ def test_ppo_warm_starts_from_a_grpo_lora_adapter(tmp_path: Path) -> None:
         moved += not torch.equal(tensor, base[name])
     assert moved, "the GRPO adapter changed no weight: the warm start would prove nothing"
     assert train(recipe)["status"] == "completed"
+
+
+# --------------------------------------------------------------------------------------------------
+# The GSM8K recipes
+# --------------------------------------------------------------------------------------------------
+
+GSM8K_RECIPES = REPO / "recipes" / "gsm8k"
+# The embedded model in place of the 1.5B folder the recipes name, and fp32 for this CPU.
+ON_THIS_MACHINE = ["model.policy=builtin:tiny-arithmetic", "model.dtype=auto", "training.precision=fp32"]
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_gsm8k_recipes_validate_on_the_real_data(gsm8k_dir: Path, algorithm: str) -> None:
+    overrides = [f"data.source={gsm8k_dir}", *ON_THIS_MACHINE]
+    result = run_entry(
+        ["validate", str(GSM8K_RECIPES / f"{algorithm}.yaml"), *(a for o in overrides for a in ("--set", o))],
+        launcher=[LLM_RL],
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "eval prompts" in result.stdout
+    assert "938 updates x 64 samples" in result.stdout
+
+
+def test_migrating_the_gsm8k_grpo_recipe_keeps_what_the_shipped_ppo_recipe_shares(tmp_path: Path) -> None:
+    target = tmp_path / "ppo.yaml"
+    assert main(["migrate", str(GSM8K_RECIPES / "grpo.yaml"), "-o", str(target)]) == 0
+    migrated = load_recipe(target).to_dict()
+    shipped = load_recipe(GSM8K_RECIPES / "ppo.yaml").to_dict()
+    for section in ("model", "data", "rewards", "generation", "training", "evaluation", "early_stopping"):
+        assert migrated[section] == shipped[section], section
+    assert migrated["ppo"]["kl_coef"] == shipped["ppo"]["kl_coef"] == 0.04
+    assert migrated["run"]["output_dir"] == shipped["run"]["output_dir"]
