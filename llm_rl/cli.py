@@ -1,4 +1,4 @@
-"""The command line: `llm-rl train|validate|rollback|migrate|compare`, and the `recipes/{grpo,ppo}.py`
+"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare`, and the `recipes/{grpo,ppo}.py`
 entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
@@ -84,6 +84,18 @@ def command_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_plan(args: argparse.Namespace) -> int:
+    """Estimate per-GPU memory under DDP and each ZeRO stage from the model configs, and recommend one."""
+    from llm_rl.planning import algorithm_comparison, describe_plan, plan
+    from llm_rl.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    result = plan(recipe, args.gpus, args.gpu_memory)
+    print(describe_plan(result))
+    print(algorithm_comparison(recipe, result))
+    return EXIT_OK
+
+
 def command_rollback(args: argparse.Namespace) -> int:
     """Make an earlier checkpoint the one the next run resumes from."""
     from llm_rl.checkpoints import rollback
@@ -131,6 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate_parser = commands.add_parser("validate", help="check a recipe without training")
     add_recipe_arguments(validate_parser, recipe_positional=True)
     validate_parser.set_defaults(run=command_validate)
+    plan_parser = commands.add_parser("plan", help="per-GPU memory and the accelerate config to use")
+    add_recipe_arguments(plan_parser, recipe_positional=True)
+    plan_parser.add_argument("--gpus", type=int, default=8, help="GPUs in the run (default 8)")
+    plan_parser.add_argument(
+        "--gpu-memory", type=float, default=80.0, metavar="GB", help="memory per GPU (default 80)"
+    )
+    plan_parser.set_defaults(run=command_plan)
     rollback_parser = commands.add_parser("rollback", help="resume a run from an earlier checkpoint")
     rollback_parser.add_argument("run_dir", type=Path, help="the run folder")
     which = rollback_parser.add_mutually_exclusive_group(required=True)
