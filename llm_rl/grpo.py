@@ -70,6 +70,11 @@ def trl_config(recipe: Recipe) -> GRPOConfig:
         trust_remote_code=recipe.model.trust_remote_code,
     )
     fields.update(recipe.grpo)
+    if generation.min_new_tokens is not None:
+        fields["generation_kwargs"] = {
+            "min_new_tokens": generation.min_new_tokens,
+            **(fields.get("generation_kwargs") or {}),
+        }
     try:
         return GRPOConfig(**fields)
     except (ValueError, TypeError) as err:

@@ -144,6 +144,15 @@ def prepare(components: Components) -> None:
     }
 
 
+def sampling_settings(recipe: Recipe) -> dict[str, Any]:
+    """What the generation section adds to TRL's PPO sampling (temperature and length are PPOConfig's)."""
+    generation = recipe.generation
+    settings: dict[str, Any] = {"top_p": generation.top_p, "top_k": generation.top_k or 0}
+    if generation.min_new_tokens is not None:
+        settings["min_new_tokens"] = generation.min_new_tokens
+    return settings
+
+
 def reference_model(recipe: Recipe) -> PreTrainedModel | None:
     """A second, frozen copy of the policy loaded from its folder; None with LoRA (the adapter-free policy).
 
@@ -176,6 +185,6 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> U
         peft_config=peft_config(recipe.model.lora),
         critic_learning_rate=own.critic_learning_rate,
         critic_warmup_steps=own.critic_warmup_steps,
-        sampling={"top_p": recipe.generation.top_p, "top_k": recipe.generation.top_k or 0},
+        sampling=sampling_settings(recipe),
         held_out=components.held_out,
     )

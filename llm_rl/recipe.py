@@ -124,6 +124,8 @@ class RewardEntry(BaseModel):
 
 class GenerationSection(Section):
     max_new_tokens: int = Field(256, gt=0)
+    # EOS is held back until a completion has this many tokens (benchmarks, or against empty answers).
+    min_new_tokens: int | None = Field(None, gt=0)
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
@@ -535,6 +537,13 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
         raise RecipeError(
             "training.max_steps and training.total_samples both set: give one budget, "
             "in updates or in samples",
+            where=where,
+        )
+    generation = recipe.generation
+    if generation.min_new_tokens is not None and generation.min_new_tokens > generation.max_new_tokens:
+        raise RecipeError(
+            f"generation.min_new_tokens ({generation.min_new_tokens}) is above "
+            f"generation.max_new_tokens ({generation.max_new_tokens})",
             where=where,
         )
     if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:

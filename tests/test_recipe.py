@@ -29,6 +29,10 @@ BAD_RECIPES = [
     ({"training": {"max_steps": 0}}, "training.max_steps: input should be greater than 0"),
     ({"training": {"max_steps": 1.5}}, "training.max_steps: input should be a valid integer"),
     ({"algorithm": "dpo"}, "algorithm: input should be 'grpo' or 'ppo'"),
+    (
+        {"generation": {"max_new_tokens": 8, "min_new_tokens": 9}},
+        "generation.min_new_tokens (9) is above generation.max_new_tokens (8)",
+    ),
     ({"rewards": []}, "rewards: value error, at least one reward function is needed"),
     ({"rewards": [{"weight": 1.0}]}, "rewards[0].name: field required"),
     (
