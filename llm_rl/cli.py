@@ -177,6 +177,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return guarded(args.run, args)
 
 
+def command_train_reward_model(args: argparse.Namespace) -> int:
+    """Train a reward model and print its held-out pairwise accuracy and folder."""
+    from llm_rl.reward_training import load_reward_recipe, train_reward_model
+    from llm_rl.run import is_main_process
+
+    recipe = load_reward_recipe(args.recipe, args.overrides)
+    summary = train_reward_model(recipe)
+    if is_main_process():
+        print(
+            f"held-out pairwise accuracy {summary['held_out_pairwise_accuracy']:.3f} on "
+            f"{summary['held_out_pairs']} pairs; reward model in {summary['final']} "
+            f"(rewards: [{{name: reward_model, path: {summary['final']}}}])"
+        )
+    return EXIT_OK
+
+
+def reward_entry_point(default_config: Path, argv: Sequence[str] | None = None) -> int:
+    """`reward_models/train.py [--config CONFIG] [--set k=v ...]`."""
+    parser = argparse.ArgumentParser(
+        prog="reward_models/train.py",
+        description="Train a reward model with TRL's RewardTrainer; with no --config, the embedded default.",
+    )
+    add_recipe_arguments(parser, recipe_positional=False)
+    args = parser.parse_args(argv)
+    args.recipe = args.recipe or default_config
+    return guarded(command_train_reward_model, args)
+
+
 def entry_point(algorithm: str, default_recipe: Path, argv: Sequence[str] | None = None) -> int:
     """`recipes/<algorithm>.py [--config RECIPE] [--set k=v ...]`: the script decides the algorithm."""
     parser = argparse.ArgumentParser(

@@ -442,13 +442,13 @@ def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:
     return recipe
 
 
-def describe_validation_error(err: ValidationError) -> str:
-    """One sentence for the first error: the dotted key, what is wrong, and a suggestion."""
+def describe_validation_error(err: ValidationError, schema: type[BaseModel] | None = None) -> str:
+    """One sentence for the first error: the dotted key, what is wrong, and a suggestion from `schema`."""
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"]]
     dotted = format_location(loc)
     if first["type"] == "extra_forbidden":
-        suggestion = suggest_key(Recipe, loc)
+        suggestion = suggest_key(schema or Recipe, loc)
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
         return f"{dotted}: unknown key{hint}"
     given = first.get("input")

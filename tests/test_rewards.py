@@ -276,9 +276,13 @@ COMPLETIONS = [" 7", " the answer is 7 because 3 plus 4 is 7", " 7", " bad bad b
 def test_reward_model_scores_are_the_models_logits(reward_model_dir):
     reward = get_reward("reward_model", path=str(reward_model_dir), device="cpu", batch_size=1)
     scores = reward(prompts=PROMPTS, completions=COMPLETIONS)
-    expected = own_scores(reward_model_dir, [p + c for p, c in zip(PROMPTS, COMPLETIONS, strict=True)])
+    # The text TRL's RewardTrainer trains on: prompt + completion + EOS.
+    texts = [p + c + "[EOS]" for p, c in zip(PROMPTS, COMPLETIONS, strict=True)]
+    expected = own_scores(reward_model_dir, texts)
     assert scores == pytest.approx(expected, abs=1e-6)
     assert len(set(scores)) > 1
+    without_eos = own_scores(reward_model_dir, [p + c for p, c in zip(PROMPTS, COMPLETIONS, strict=True)])
+    assert scores != pytest.approx(without_eos, abs=1e-6), "EOS must change what the model reads"
 
 
 def test_reward_model_batches_give_the_same_scores(reward_model_dir):
@@ -297,6 +301,18 @@ def test_reward_model_applies_the_chat_template_to_conversations(reward_model_di
         reward_model_dir, ["user : what is 3 + 4 ? assistant : 7 ", "user : what is 3 + 4 ? assistant : bad "]
     )
     assert reward(prompts=prompts, completions=completions) == pytest.approx(expected, abs=1e-5)
+
+
+def test_reward_model_running_normalization_uses_every_score_so_far(reward_model_dir):
+    raw = get_reward("reward_model", path=str(reward_model_dir))(prompts=PROMPTS, completions=COMPLETIONS)
+    running = get_reward("reward_model", path=str(reward_model_dir), normalize="running")
+    first = running(prompts=PROMPTS[:2], completions=COMPLETIONS[:2])
+    second = running(prompts=PROMPTS[2:], completions=COMPLETIONS[2:])
+    seen_first, seen_all = torch.tensor(raw[:2]), torch.tensor(raw)
+    mean, std = seen_first.mean(), seen_first.std(unbiased=False)
+    assert first == pytest.approx(((seen_first - mean) / std).tolist(), abs=1e-4)
+    mean, std = seen_all.mean(), seen_all.std(unbiased=False)
+    assert second == pytest.approx(((seen_all[2:] - mean) / std).tolist(), abs=1e-4)
 
 
 def test_reward_model_normalize_and_clip(reward_model_dir):

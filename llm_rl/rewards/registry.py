@@ -16,6 +16,7 @@ from llm_rl.recipe import RewardEntry
 from llm_rl.rewards.base import RewardFunction, RewardParameterError
 from llm_rl.rewards.builtins import accuracy_reward, format_reward, length_reward
 from llm_rl.rewards.checked import CheckedReward
+from llm_rl.rewards.remote import http_reward
 from llm_rl.rewards.reward_model import reward_model_reward
 
 REWARDS: dict[str, Callable[..., RewardFunction]] = {
@@ -23,6 +24,7 @@ REWARDS: dict[str, Callable[..., RewardFunction]] = {
     "format": format_reward,
     "length": length_reward,
     "reward_model": reward_model_reward,
+    "http": http_reward,
 }
 
 # Arguments the trainer passes itself: a recipe key of these names would clash with them.
@@ -53,6 +55,14 @@ def check_keys(kwargs: dict[str, Any], accepted: list[str], owner: str) -> None:
             raise RewardParameterError(key, f"not a parameter of {owner}{hint}; it accepts: {listed}")
 
 
+def error_key(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as the dotted recipe key, without the union-member tags pydantic adds
+    (`normalize.Normalization.std` -> `normalize.std`)."""
+    return ".".join(
+        str(part) for part in loc if not (str(part)[:1].isupper() or str(part).startswith("literal["))
+    )
+
+
 def build_builtin(name: str, kwargs: dict[str, Any]) -> RewardFunction:
     """Call a registered factory with the recipe's keys, turning pydantic's first complaint into ours."""
     factory = REWARDS[name]
@@ -61,7 +71,7 @@ def build_builtin(name: str, kwargs: dict[str, Any]) -> RewardFunction:
         return factory(**kwargs)
     except ValidationError as err:
         first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
+        key = error_key(first["loc"])
         given = "" if first["type"].startswith("missing") else f", got {first.get('input')!r}"
         raise RewardParameterError(key, f"{first['msg'].lower()}{given}") from None
 
@@ -144,6 +154,6 @@ def get_reward(
         entry = RewardEntry(name=name, on_invalid=on_invalid, alias=alias, **kwargs)
     except ValidationError as err:
         first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
+        key = error_key(first["loc"])
         raise RewardError(f"get_reward({name!r}).{key}: {first['msg'].lower()}") from None
     return build_entry(entry, f"get_reward({name!r})")

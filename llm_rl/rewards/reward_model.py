@@ -1,9 +1,14 @@
 """`reward_model`: the score a local sequence-classification model gives each prompt + completion.
 
 The model and its own tokenizer load once, when the reward is built. Plain-text samples are scored as
-`prompt + completion`; conversational ones as prompt messages + the reply, through the reward
+`prompt + completion + EOS`, the text TRL's RewardTrainer trains on (it appends EOS, and the score is
+read at the last token); conversational ones as prompt messages + the reply, through the reward
 tokenizer's chat template when it has one. Texts go through the model in batches, right-padded, under
 `torch.inference_mode`, and the score is `logits[:, 0]`, optionally normalized then clipped.
+
+`normalize: {mean, std}` standardizes with fixed statistics (the reward model's own, measured once);
+`normalize: running` with the mean and standard deviation of every score this process has seen so
+far, this batch included (Welford's update): rewards near 0 with unit spread whatever the model's scale.
 """
 
 from __future__ import annotations
@@ -78,6 +83,28 @@ def load_reward_model(path: str, dtype: str, trust_remote_code: bool) -> tuple[A
     return model, tokenizer
 
 
+class RunningStats:
+    """Mean and variance of every score seen so far (Welford's online update)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self._squares = 0.0
+
+    def update(self, values: list[float]) -> None:
+        for value in values:
+            self.count += 1
+            delta = value - self.mean
+            self.mean += delta / self.count
+            self._squares += delta * (value - self.mean)
+
+    @property
+    def std(self) -> float:
+        """The population standard deviation; 1.0 until there is a spread to measure."""
+        variance = self._squares / self.count if self.count else 0.0
+        return variance**0.5 if variance > 0 else 1.0
+
+
 class RewardModelScorer:
     """The reward function: scores batches of samples with the loaded model."""
 
@@ -89,20 +116,22 @@ class RewardModelScorer:
         tokenizer: Any,
         batch_size: int,
         max_length: int | None,
-        normalize: Normalization | None,
+        normalize: Normalization | Literal["running"] | None,
         clip: list[float] | None,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
-        self.normalize = normalize
+        self.normalize = RunningStats() if normalize == "running" else normalize
         self.clip = clip
 
     def text(self, prompt: Any, completion: Any) -> str:
         """One sample as the text the reward model reads."""
         if not is_conversational(prompt):
-            return str(prompt) + completion_text(completion)
+            text = str(prompt) + completion_text(completion)
+            eos = self.tokenizer.eos_token
+            return text if eos is None or text.endswith(eos) else text + eos
         reply = (
             completion
             if is_conversational(completion)
@@ -142,6 +171,8 @@ class RewardModelScorer:
         scores: list[float] = []
         for start in range(0, len(texts), self.batch_size):
             scores.extend(self.score(texts[start : start + self.batch_size], not templated))
+        if isinstance(self.normalize, RunningStats):
+            self.normalize.update(scores)
         return [self.adjust(s) for s in scores]
 
 
@@ -152,7 +183,7 @@ def reward_model_reward(
     device: str | None = None,
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
     max_length: Annotated[int, Field(gt=0)] | None = None,
-    normalize: Normalization | None = None,
+    normalize: Normalization | Literal["running"] | None = None,
     clip: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None,
     trust_remote_code: bool = False,
 ) -> RewardFunction:
