@@ -107,7 +107,10 @@ def deepspeed_launch(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """The variables `accelerate launch` sets for a DeepSpeed config (read by accelerate's DeepSpeedPlugin)."""
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
-    monkeypatch.delenv(DEEPSPEED_CLIPPING_VARIABLE, raising=False)
+    # sync_deepspeed_clipping writes os.environ itself; setting the variable through monkeypatch first
+    # records that it was absent, so that teardown removes whatever the test left there.
+    monkeypatch.setenv(DEEPSPEED_CLIPPING_VARIABLE, "unset")
+    monkeypatch.delenv(DEEPSPEED_CLIPPING_VARIABLE)
     return monkeypatch
 
 
