@@ -74,6 +74,8 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         """TRL's arguments, plus the critic's learning rate and warm-up, `sampling` (top_p, top_k) and the
         held-out reward evaluator (`evaluation.every`)."""
         self.held_out = held_out
+        self._unwrapped: tuple[Any, Any] | None = None
+        self._clip_groups: list[tuple[str, list[torch.nn.Parameter]]] | None = None
         self.critic_learning_rate = critic_learning_rate
         self.critic_warmup_steps = critic_warmup_steps
         with deepspeed_leaves_alone(RewardAdapter):
@@ -188,13 +190,20 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         self.state.save_steps = int(args.save_steps)
         self.state.eval_steps = int(args.eval_steps or args.logging_steps)
 
+    def unwrapped_model(self) -> Any:
+        """The policy-and-value wrapper without DDP or DeepSpeed around it, looked up once per wrapped
+        model: accelerate's `unwrap_model` takes milliseconds, several times an update."""
+        if self._unwrapped is None or self._unwrapped[0] is not self.model:
+            self._unwrapped = (self.model, self.accelerator.unwrap_model(self.model))
+        return self._unwrapped[1]
+
     @contextmanager
     def null_ref_context(self):
         """The policy with its LoRA adapter off: the reference model when LoRA is on (no second copy).
 
         TRL's version reads `self.model.policy`, which a DDP wrapper does not have; this one unwraps first.
         """
-        policy = self.accelerator.unwrap_model(self.model).policy
+        policy = self.unwrapped_model().policy
         with policy.disable_adapter() if self.is_peft_model else nullcontext():
             yield
 
@@ -244,7 +253,7 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
                 "per_fn",
             )
         }
-        value_model = accelerator.unwrap_model(self.model).value_model
+        value_model = self.unwrapped_model().value_model
         step = args.local_rollout_forward_batch_size
         for start in range(0, queries.shape[0], step):
             query_response = query_responses[start : start + step]
@@ -277,7 +286,7 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         pad = self.processing_class.pad_token_id
         if self.ref_model is None:
             with self.null_ref_context():
-                output = forward(self.accelerator.unwrap_model(self.model).policy, query_response, pad)
+                output = forward(self.unwrapped_model().policy, query_response, pad)
         else:
             output = forward(self.ref_model, query_response, pad)
         logits = output.logits[:, context_length - 1 : -1] / (self.args.temperature + 1e-7)
@@ -419,10 +428,15 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
             norm = self.model.get_global_grad_norm()
             return {} if norm is None else {"grad_norm": torch.as_tensor(float(norm), dtype=torch.float32)}
         limit = self.args.max_grad_norm or math.inf
-        unwrapped = self.accelerator.unwrap_model(self.model)
+        if self._clip_groups is None:
+            unwrapped = self.unwrapped_model()
+            self._clip_groups = [
+                ("grad_norm", trainable(unwrapped.policy)),
+                ("value/grad_norm", trainable(unwrapped.value_model)),
+            ]
         norms = {}
-        for key, module in (("grad_norm", unwrapped.policy), ("value/grad_norm", unwrapped.value_model)):
-            norm = self.accelerator.clip_grad_norm_(trainable(module), limit)
+        for key, parameters in self._clip_groups:
+            norm = self.accelerator.clip_grad_norm_(parameters, limit)
             if norm is not None:
                 norms[key] = torch.as_tensor(norm, dtype=torch.float32)
         return norms

@@ -1,0 +1,415 @@
+"""Benchmark: what llm_rl costs over raw TRL, GRPO against PPO on the same work, and how cost grows.
+
+    python scripts/benchmark.py [--quick] [--repeats 5] [--steps 12] [--output runs/benchmark] [--write-docs]
+
+Every measurement is one training run in its own process, so that its peak memory is its own. The two
+sides of a comparison alternate, A B A B ..., over the repeats in one invocation: drift in the machine's
+speed reaches both sides alike. The script reports medians and ratios of medians.
+
+- (a) GRPO: `llm_rl.run.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
+  the same `GRPOConfig` (from `llm_rl.grpo.trl_config`), model, prompts and reward functions written
+  as plain Python.
+- (b) PPO: our PPO loop with a `reward_model` reward against TRL's `PPOTrainer` built by hand with the
+  same reward model, critic, reference model and `PPOConfig`.
+- (c) GRPO against PPO at the same samples per update: samples/s, generated tokens/s, peak memory.
+- (d) GRPO scaling: completion lengths and batch sizes, time per sample and peak memory, with the
+  growth exponent fitted on a log-log scale (time per sample ~ length^k).
+
+Time per step is measured between the end of the first update and the end of the last (the first
+includes warm-up). Peak memory is the process's peak resident set (CPU) or peak allocated CUDA memory.
+`--quick` runs a reduced set in under 10 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# Samples per update on both sides of every comparison: GRPO 4 prompts x 4 completions, PPO 16 prompts.
+BATCH = 16
+GROUP = 4
+
+
+# ----------------------------------------------------------------------------------------------------
+# Workers: one training run each, in a process of its own
+# ----------------------------------------------------------------------------------------------------
+
+
+class StepTimer(TrainerCallback):
+    """Timestamps the end of every update."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+        return control
+
+    def seconds_per_step(self) -> float:
+        """Steady-state time per update: from the end of the first to the end of the last."""
+        return (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1)
+
+
+def peak_memory_mb() -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+def recipe_for(algorithm: str, output: Path, steps: int, extra: list[str]):
+    """The embedded recipe at the benchmark's batch shape, with nothing written but the run folder."""
+    from llm_rl.recipe import load_recipe
+
+    shape = [f"training.per_device_batch_size={BATCH}"]
+    if algorithm == "grpo":
+        shape.append(f"grpo.num_generations={GROUP}")
+    return load_recipe(
+        REPO / "recipes" / "arithmetic" / f"{algorithm}.yaml",
+        [f"run.output_dir={output}", f"training.max_steps={steps}", "monitoring.wandb.mode=disabled",
+         "monitoring.progress=false", "checkpointing.resume=never", "checkpointing.every=1000000000",
+         "run.seed=0", *shape, *extra],
+    )  # fmt: skip
+
+
+def run_ours(recipe) -> StepTimer:
+    """`llm_rl.run.train`, with a step timer added to the trainer it builds."""
+    from llm_rl import run
+
+    timer = StepTimer()
+    module = run.algorithm_module(recipe.algorithm)
+    build = module.build_trainer
+    module.build_trainer = lambda components, callbacks: build(components, [*callbacks, timer])
+    run.train(recipe)
+    return timer
+
+
+def exact_sum(prompts, completions, answer, **kwargs) -> list[float]:
+    """The arithmetic recipe's accuracy reward, as a raw TRL user writes it."""
+    return [float(c.strip() == a.strip()) for c, a in zip(completions, answer, strict=True)]
+
+
+def bare_number(prompts, completions, **kwargs) -> list[float]:
+    """The arithmetic recipe's format reward (`^\\d+$`), as a raw TRL user writes it."""
+    return [float(c.isdigit()) for c in completions]
+
+
+def run_raw_grpo(recipe) -> StepTimer:
+    """TRL's GRPOTrainer built by hand: the same config, model, prompts and rewards, nothing of ours."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from trl import GRPOTrainer
+
+    from llm_rl.grpo import trl_config
+    from llm_rl.models import resolve_model_path
+    from llm_rl.tasks import build_arithmetic
+
+    set_seed(0)
+    path = resolve_model_path(recipe.model.policy)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    dataset = build_arithmetic(recipe.data, recipe.run.seed)["train"]
+    timer = StepTimer()
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        reward_funcs=[exact_sum, bare_number],
+        args=trl_config(recipe),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    trainer.train()
+    return timer
+
+
+def run_raw_ppo(recipe, reward_model: Path, collect_garbage: bool = True) -> StepTimer:
+    """TRL's PPOTrainer built by hand with a reward model: the same config and models, nothing of ours.
+
+    TRL's loop calls `gc.collect()` twice an update; `collect_garbage=False` turns those calls into
+    no-ops, to separate what our layer costs from what TRL's loop spends on the collector.
+    """
+    import gc
+
+    if not collect_garbage:
+        gc.collect = lambda generation=2: 0
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
+
+    from llm_rl.models import resolve_model_path
+    from llm_rl.ppo import trl_config
+    from llm_rl.tasks import build_arithmetic
+    from llm_rl.trl_ppo import PPOTrainer
+
+    set_seed(0)
+    path = resolve_model_path(recipe.model.policy)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    prompts = build_arithmetic(recipe.data, recipe.run.seed)["train"]
+    dataset = prompts.map(
+        lambda row: {"input_ids": tokenizer(row["prompt"])["input_ids"]}, remove_columns=prompts.column_names
+    )
+    critic = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    timer = StepTimer()
+    trainer = PPOTrainer(
+        args=trl_config(recipe),
+        processing_class=tokenizer,
+        model=AutoModelForCausalLM.from_pretrained(path),
+        ref_model=AutoModelForCausalLM.from_pretrained(path),
+        reward_model=AutoModelForSequenceClassification.from_pretrained(reward_model, num_labels=1),
+        value_model=critic,
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        callbacks=[timer],
+    )
+    trainer.train()
+    return timer
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one measurement described by `spec` and return its numbers."""
+    output = Path(spec["output"])
+    extra = list(spec.get("overrides", []))
+    if spec["side"].startswith("ppo"):
+        extra.append(f"rewards=[{{name: reward_model, path: '{spec['reward_model']}'}}]")
+    algorithm = spec["side"].split("-")[0]
+    recipe = recipe_for(algorithm, output, spec["steps"], extra)
+    if spec["side"] == "grpo-trl":
+        timer = run_raw_grpo(recipe)
+    elif spec["side"] in ("ppo-trl", "ppo-trl-nogc"):
+        timer = run_raw_ppo(recipe, Path(spec["reward_model"]), collect_garbage=spec["side"] == "ppo-trl")
+    else:
+        timer = run_ours(recipe)
+    seconds = timer.seconds_per_step()
+    samples_per_second = recipe.training.per_device_batch_size / seconds
+    return {
+        "seconds_per_step": seconds,
+        "samples_per_second": samples_per_second,
+        "tokens_per_second": samples_per_second * completion_length(output)
+        if spec["side"].endswith("ours")
+        else None,
+        "peak_memory_mb": peak_memory_mb(),
+    }
+
+
+def completion_length(run: Path) -> float:
+    """Mean generated tokens per completion, from the run's metrics.jsonl."""
+    from llm_rl.run import read_rows
+
+    return statistics.mean(row["completion_length/mean"] for row in read_rows(run))
+
+
+# ----------------------------------------------------------------------------------------------------
+# The driver: alternating sides, medians, ratios
+# ----------------------------------------------------------------------------------------------------
+
+
+def measure(
+    side: str, output: Path, steps: int, reward_model: Path, overrides: list[str] = ()
+) -> dict[str, Any]:
+    """One measurement in a fresh process."""
+    spec = {
+        "side": side,
+        "output": str(output),
+        "steps": steps,
+        "reward_model": str(reward_model),
+        "overrides": list(overrides),
+    }
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    result = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    if result.returncode != 0:
+        sys.exit(f"{side} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def alternate(
+    sides: list[str], repeats: int, root: Path, steps: int, reward_model: Path
+) -> dict[str, list[dict]]:
+    """Every side once per repeat, in turn, A B A B ..."""
+    results: dict[str, list[dict]] = {side: [] for side in sides}
+    for repeat in range(repeats):
+        for side in sides:
+            results[side].append(measure(side, root / f"{side}-{repeat}", steps, reward_model))
+            print(
+                f"  {side} #{repeat + 1}: {results[side][-1]['seconds_per_step'] * 1000:.1f} ms/step",
+                flush=True,
+            )
+    return results
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def build_reward_model(folder: Path) -> Path:
+    """A sequence classifier on the embedded model's body, saved with its tokenizer (both sides read it)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from llm_rl.models import resolve_model_path
+
+    path = resolve_model_path("builtin:tiny-arithmetic")
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(path).save_pretrained(folder)
+    return folder
+
+
+def fitted_exponent(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of log y against log x: y ~ x^k."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = statistics.mean(lx), statistics.mean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
+
+
+def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: str) -> list[str]:
+    """One row: medians of both sides, and the time ratio of each adjacent pair (its median and range)."""
+    paired = [
+        o["seconds_per_step"] / r["seconds_per_step"]
+        for o, r in zip(results[ours], results[raw], strict=True)
+    ]
+    memory_ratio = median(results[ours], "peak_memory_mb") / median(results[raw], "peak_memory_mb")
+    return [
+        f"| {name} | {median(results[raw], 'seconds_per_step') * 1000:.1f} | "
+        f"{median(results[ours], 'seconds_per_step') * 1000:.1f} | **{statistics.median(paired):.3f}** "
+        f"({min(paired):.2f}-{max(paired):.2f}) | {median(results[raw], 'peak_memory_mb'):.0f} | "
+        f"{median(results[ours], 'peak_memory_mb'):.0f} | **{memory_ratio:.3f}** |"
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="a reduced set, under 10 minutes on 2 cores")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per side (default 9, quick 5)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="GRPO updates per run (default 160, quick 80); PPO runs a quarter",
+    )
+    parser.add_argument("--output", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--write-docs", action="store_true", help="write the tables into docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+
+    repeats = args.repeats or (5 if args.quick else 9)
+    steps = args.steps or (80 if args.quick else 160)
+    root = args.output or Path(tempfile.mkdtemp(prefix="llm_rl_benchmark_"))
+    started = time.perf_counter()
+    reward_model = build_reward_model(root / "reward_model")
+    lines = [
+        f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"python {platform.python_version()}: `python scripts/benchmark.py{' --quick' if args.quick else ''}` "
+        f"({repeats} alternating runs per side of {steps} GRPO or {max(4, steps // 4)} PPO updates, "
+        f"{BATCH} samples an update).",
+        "",
+        "### Overhead over raw TRL (medians)",
+        "",
+        "| | raw TRL ms/step | llm_rl ms/step | time ratio, median of pairs (range) | raw TRL peak MB "
+        "| llm_rl peak MB | memory ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    print("(a) GRPO: llm_rl against raw TRL")
+    grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model)
+    print("(b) PPO: llm_rl against raw TRL")
+    ppo = alternate(["ppo-trl", "ppo-trl-nogc", "ppo-ours"], repeats, root, max(4, steps // 4), reward_model)
+    lines += overhead_table("GRPO", grpo, "grpo-ours", "grpo-trl")
+    lines += overhead_table("PPO", ppo, "ppo-ours", "ppo-trl")
+    lines += overhead_table("PPO, TRL without its gc.collect() calls", ppo, "ppo-ours", "ppo-trl-nogc")
+
+    samples_ratio = median(grpo["grpo-ours"], "samples_per_second") / median(
+        ppo["ppo-ours"], "samples_per_second"
+    )
+    memory_ratio = median(grpo["grpo-ours"], "peak_memory_mb") / median(ppo["ppo-ours"], "peak_memory_mb")
+    lines += [
+        "",
+        f"### GRPO against PPO at {BATCH} samples an update (llm_rl, medians)",
+        "",
+        "| | GRPO | PPO | GRPO / PPO |",
+        "| --- | --- | --- | --- |",
+        f"| samples/s | {median(grpo['grpo-ours'], 'samples_per_second'):.1f} | "
+        f"{median(ppo['ppo-ours'], 'samples_per_second'):.1f} | {samples_ratio:.2f} |",
+        f"| tokens/s | {median(grpo['grpo-ours'], 'tokens_per_second'):.1f} | "
+        f"{median(ppo['ppo-ours'], 'tokens_per_second'):.1f} | "
+        f"{median(grpo['grpo-ours'], 'tokens_per_second') / median(ppo['ppo-ours'], 'tokens_per_second'):.2f} |",
+        f"| peak memory (MB) | {median(grpo['grpo-ours'], 'peak_memory_mb'):.0f} | "
+        f"{median(ppo['ppo-ours'], 'peak_memory_mb'):.0f} | {memory_ratio:.2f} |",
+    ]
+    lines += scaling(args.quick, root, steps, reward_model)
+    lines += ["", f"Total: {time.perf_counter() - started:.0f} s."]
+    report = "\n".join(lines)
+    print()
+    print(report)
+    if args.write_docs:
+        write_docs(report)
+    return 0
+
+
+def scaling(quick: bool, root: Path, steps: int, reward_model: Path) -> list[str]:
+    """(d) GRPO time per sample and memory against completion length and batch size, with fitted exponents."""
+    lengths = [16, 64] if quick else [16, 32, 64, 128]
+    batches = [8, 32] if quick else [8, 16, 32]
+    print("(d) GRPO scaling")
+    rows, by_length, by_batch = [], {}, {}
+    for length in lengths:
+        for batch in batches:
+            overrides = [f"generation.max_new_tokens={length}", f"generation.min_new_tokens={length}",
+                         f"training.per_device_batch_size={batch}"]  # fmt: skip
+            run = measure(
+                "grpo-ours", root / f"scale-{length}-{batch}", max(4, steps // 8), reward_model, overrides
+            )
+            per_sample = run["seconds_per_step"] / batch
+            rows.append(f"| {length} | {batch} | {per_sample * 1000:.2f} | {run['peak_memory_mb']:.0f} |")
+            by_length.setdefault(batch, []).append((length, per_sample))
+            by_batch.setdefault(length, []).append((batch, per_sample))
+            print(f"  length {length}, batch {batch}: {per_sample * 1000:.2f} ms/sample", flush=True)
+    length_k = statistics.median(fitted_exponent(*zip(*points, strict=True)) for points in by_length.values())
+    batch_k = statistics.median(fitted_exponent(*zip(*points, strict=True)) for points in by_batch.values())
+    return [
+        "",
+        "### GRPO scaling (llm_rl, one run each; completions held to their length)",
+        "",
+        "| completion tokens | batch | ms per sample | peak MB |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+        f"Fitted growth of time per sample: length^{length_k:.2f} (at fixed batch), batch^{batch_k:.2f} "
+        "(at fixed length; below 0 means larger batches amortise fixed costs).",
+    ]
+
+
+def write_docs(report: str) -> None:
+    """Replace the generated part of docs/benchmarks.md (between the markers) with this run's tables."""
+    path = REPO / "docs" / "benchmarks.md"
+    start, end = "<!-- benchmark:start -->", "<!-- benchmark:end -->"
+    text = path.read_text()
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{start}\n{report}\n{end}{tail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
