@@ -1,4 +1,4 @@
-"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare`, and the `recipes/{grpo,ppo}.py`
+"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export`, and the `recipes/{grpo,ppo}.py`
 entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
@@ -123,6 +123,23 @@ def command_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_doctor(args: argparse.Namespace) -> int:
+    """Report what a run's metrics say went wrong, with the evidence and the change to try."""
+    from llm_rl.doctor import describe, diagnose
+
+    findings, rows = diagnose(args.run_dir)
+    print(describe(findings, rows))
+    return EXIT_OK
+
+
+def command_export(args: argparse.Namespace) -> int:
+    """Write a run's policy as a save_pretrained folder for inference engines."""
+    from llm_rl.export import export_policy
+
+    print(f"wrote {export_policy(args.run_dir, args.output, args.dtype, args.merge_lora)}")
+    return EXIT_OK
+
+
 def command_compare(args: argparse.Namespace) -> int:
     """Compare run folders: plots and a table in REPORT_DIR/report.md; print the table."""
     from llm_rl.comparison import compare_runs
@@ -168,6 +185,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     migrate_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     migrate_parser.set_defaults(run=command_migrate)
+    doctor_parser = commands.add_parser("doctor", help="diagnose a run from its metrics")
+    doctor_parser.add_argument("run_dir", type=Path, help="the run folder")
+    doctor_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    doctor_parser.set_defaults(run=command_doctor)
+    export_parser = commands.add_parser("export", help="write the trained policy for inference engines")
+    export_parser.add_argument("run_dir", type=Path, help="a run folder, its final/ or a checkpoint")
+    export_parser.add_argument("-o", "--output", type=Path, required=True, help="the folder to write")
+    export_parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    export_parser.add_argument("--merge-lora", action="store_true", help="fold a LoRA adapter into its base")
+    export_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    export_parser.set_defaults(run=command_export)
     compare_parser = commands.add_parser("compare", help="compare run folders: plots and a table")
     compare_parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders")
     compare_parser.add_argument("-o", "--output", type=Path, required=True, metavar="REPORT_DIR")

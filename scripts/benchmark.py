@@ -42,6 +42,7 @@ from transformers import TrainerCallback
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+SCALING_PLOT = "benchmark_scaling.png"
 # Samples per update on both sides of every comparison: GRPO 4 prompts x 4 completions, PPO 16 prompts.
 BATCH = 16
 GROUP = 4
@@ -358,7 +359,7 @@ def main() -> int:
         f"| peak memory (MB) | {median(grpo['grpo-ours'], 'peak_memory_mb'):.0f} | "
         f"{median(ppo['ppo-ours'], 'peak_memory_mb'):.0f} | {memory_ratio:.2f} |",
     ]
-    lines += scaling(args.quick, root, steps, reward_model)
+    lines += scaling(args.quick, root, steps, reward_model, plot=args.write_docs)
     lines += ["", f"Total: {time.perf_counter() - started:.0f} s."]
     report = "\n".join(lines)
     print()
@@ -368,7 +369,7 @@ def main() -> int:
     return 0
 
 
-def scaling(quick: bool, root: Path, steps: int, reward_model: Path) -> list[str]:
+def scaling(quick: bool, root: Path, steps: int, reward_model: Path, plot: bool) -> list[str]:
     """(d) GRPO time per sample and memory against completion length and batch size, with fitted exponents."""
     lengths = [16, 64] if quick else [16, 32, 64, 128]
     batches = [8, 32] if quick else [8, 16, 32]
@@ -388,7 +389,11 @@ def scaling(quick: bool, root: Path, steps: int, reward_model: Path) -> list[str
             print(f"  length {length}, batch {batch}: {per_sample * 1000:.2f} ms/sample", flush=True)
     length_k = statistics.median(fitted_exponent(*zip(*points, strict=True)) for points in by_length.values())
     batch_k = statistics.median(fitted_exponent(*zip(*points, strict=True)) for points in by_batch.values())
+    figure = ["", f"![GRPO time per sample against completion length]({SCALING_PLOT})"] if plot else []
+    if plot:
+        plot_scaling(by_length, REPO / "docs" / SCALING_PLOT)
     return [
+        *figure,
         "",
         "### GRPO scaling (llm_rl, one run each; completions held to their length)",
         "",
@@ -399,6 +404,27 @@ def scaling(quick: bool, root: Path, steps: int, reward_model: Path) -> list[str
         f"Fitted growth of time per sample: length^{length_k:.2f} (at fixed batch), batch^{batch_k:.2f} "
         "(at fixed length; below 0 means larger batches amortise fixed costs).",
     ]
+
+
+def plot_scaling(by_length: dict[int, list[tuple[int, float]]], path: Path) -> None:
+    """Time per sample against completion length, one line per batch size, on log-log axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for batch, points in sorted(by_length.items()):
+        lengths, seconds = zip(*points, strict=True)
+        axes.plot(lengths, [s * 1000 for s in seconds], marker="o", label=f"batch {batch}")
+    axes.set(
+        xscale="log", yscale="log", xlabel="completion tokens", ylabel="ms per sample", title="GRPO (llm_rl)"
+    )
+    axes.legend()
+    axes.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def write_docs(report: str) -> None:
