@@ -57,6 +57,14 @@ def ends(points: list[tuple[int, float]]) -> tuple[float, float]:
     return statistics.mean(v for _, v in points[:count]), statistics.mean(v for _, v in points[-count:])
 
 
+def trend(run: Run, key: str) -> tuple[list[tuple[int, float]], float, float] | None:
+    """(points, start, end) of a metric long enough to judge, or None."""
+    points = run.series(key)
+    if len(points) < MIN_ROWS:
+        return None
+    return (points, *ends(points))
+
+
 def window(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     """Rolling means over a tenth of the series (at least 3 points), keyed by each window's last step."""
     size = max(3, len(points) // 10)
@@ -72,10 +80,10 @@ def span(points: list[tuple[int, float]]) -> str:
 
 def reward_flat(run: Run) -> Finding | None:
     """No rise of the smoothed reward from the first fifth of the run to the last."""
-    points = run.series("reward/mean")
-    if len(points) < MIN_ROWS:
+    found = trend(run, "reward/mean")
+    if found is None:
         return None
-    first, last = ends(points)
+    points, first, last = found
     spread = statistics.pstdev(v for _, v in points)
     if last - first > max(0.01, 0.5 * spread):
         return None
@@ -147,10 +155,10 @@ def reward_swinging(run: Run) -> Finding | None:
 
 def kl_drifting(run: Run) -> Finding | None:
     """KL ends far above where it began."""
-    points = run.series("kl")
-    if len(points) < MIN_ROWS:
+    found = trend(run, "kl")
+    if found is None:
         return None
-    first, last = ends(points)
+    points, first, last = found
     if last < 0.1 or last < 3 * max(first, 1e-3):
         return None
     coefficient = "ppo.kl_coef" if run.algorithm == "ppo" else "grpo.beta"
@@ -224,11 +232,11 @@ def completions_truncated(run: Run) -> Finding | None:
 
 
 def throughput_falling(run: Run) -> Finding | None:
-    """Samples per second at the end well below the start (the first row, with warm-up, left out)."""
-    points = run.series("samples_per_second")[1:]
-    if len(points) < MIN_ROWS:
+    """Samples per second at the end well below the start (the first fifth's mean absorbs warm-up)."""
+    found = trend(run, "samples_per_second")
+    if found is None:
         return None
-    first, last = ends(points)
+    points, first, last = found
     if last >= 0.7 * first:
         return None
     return Finding(
