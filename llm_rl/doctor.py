@@ -104,19 +104,23 @@ def reward_flat(run: Run) -> Finding | None:
     )
 
 
+def late_explained_variance(run: Run) -> float | None:
+    """The critic's median explained variance over the second half of the run, if it was logged."""
+    variance = run.series("value/explained_variance")
+    return statistics.median(v for _, v in variance[len(variance) // 2 :]) if variance else None
+
+
 def critic_diagnosis(run: Run) -> str:
     """What value loss and explained variance say about the critic."""
-    variance = run.series("value/explained_variance")
-    if not variance:
+    median = late_explained_variance(run)
+    if median is None:
         return "no value/explained_variance logged"
-    median = statistics.median(v for _, v in variance[len(variance) // 2 :])
     return f"the critic's explained variance over the second half was {median:.2f}"
 
 
 def critic_advice(run: Run) -> str:
     """A critic that explains nothing learns too slowly; one that explains everything fits too fast."""
-    variance = run.series("value/explained_variance")
-    median = statistics.median(v for _, v in variance[len(variance) // 2 :]) if variance else None
+    median = late_explained_variance(run)
     if median is not None and median < 0.1:
         return "the critic lags: raise ppo.critic_learning_rate or ppo.critic_warmup_steps"
     if median is not None and median > 0.95:
