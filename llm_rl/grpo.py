@@ -17,6 +17,7 @@ from llm_rl.errors import RecipeError
 from llm_rl.evaluation import HeldOutReward
 from llm_rl.lora import peft_config
 from llm_rl.recipe import Recipe
+from llm_rl.schedules import start_values
 from llm_rl.training_args import SampleCounter, sample_counter, shared_training_args, world_size
 
 # TRL's GRPO log names -> the unified names of metrics.jsonl (DESIGN.md).
@@ -24,6 +25,7 @@ METRIC_NAMES = {
     "reward": "reward/mean",
     "reward_std": "reward/std",
     "reward/group_std": "reward/group_std",
+    "group_size": "group_size",
     "frac_reward_zero_std": "reward/frac_zero_std",
     "kl": "kl",
     "grad_norm": "grad_norm",
@@ -69,7 +71,10 @@ def trl_config(recipe: Recipe) -> GRPOConfig:
         reward_weights=[entry.weight for entry in recipe.rewards],
         trust_remote_code=recipe.model.trust_remote_code,
     )
+    if recipe.advantages.normalize != "auto":
+        fields["scale_rewards"] = recipe.advantages.normalize
     fields.update(recipe.grpo)
+    fields.update(start_values(recipe))
     if generation.min_new_tokens is not None:
         fields["generation_kwargs"] = {
             "min_new_tokens": generation.min_new_tokens,
@@ -86,7 +91,8 @@ def prepare(components: Components) -> None:
 
 
 class UnifiedGRPOTrainer(StagedCheckpoints, GRPOTrainer):
-    """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`).
+    """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`) and the
+    group size (`group_size`: it can change between stages).
 
     TRL logs the spread over the whole batch; the spread inside each prompt's group is what GRPO's
     advantages are made of, so a group spread near zero means no learning signal. Checkpoints are
@@ -112,6 +118,7 @@ class UnifiedGRPOTrainer(StagedCheckpoints, GRPOTrainer):
         group = self.num_generations if mode == "train" else self.num_generations_eval
         spread = rewards.view(-1, group).std(dim=1, unbiased=False).mean()
         self._metrics[mode]["reward/group_std"].append(float(spread))
+        self._metrics[mode]["group_size"].append(group)
         return rewards_per_func
 
 
@@ -128,3 +135,21 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> G
         peft_config=peft_config(recipe.model.lora),
         held_out=components.held_out,
     )
+
+
+def apply_setting(trainer: GRPOTrainer, key: str, value: float) -> None:
+    """Set a scheduled setting (`llm_rl.recipe.SCHEDULABLE`) where GRPOTrainer reads it each update.
+
+    GRPOTrainer copies these from its config once, at start-up, so the copies are what change.
+    """
+    if key == "grpo.beta":
+        trainer.beta = value
+    elif key == "grpo.epsilon":
+        trainer.epsilon_low = value
+        if trainer.args.epsilon_high is None:
+            trainer.epsilon_high = value
+    elif key == "generation.temperature":
+        trainer.temperature = value
+        trainer.generation_config.temperature = value
+    else:
+        raise KeyError(key)

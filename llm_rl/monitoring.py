@@ -1,4 +1,4 @@
-"""wandb and TensorBoard set-up from the recipe's `monitoring` section.
+"""wandb, TensorBoard and Prometheus set-up from the recipe's `monitoring` section.
 
 wandb logs the unified metric names against `samples`, so that GRPO and PPO runs overlay on one chart.
 Offline runs write under `<output_dir>/wandb`. The API key is read by wandb itself and never logged.
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import netrc
 import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llm_rl.errors import RecipeError
 from llm_rl.metrics import JsonlSink, MetricSink, TensorBoardSink
 from llm_rl.recipe import Recipe, WandbSection
 
@@ -98,4 +100,55 @@ def make_sinks(recipe: Recipe, output_dir: Path) -> list[MetricSink]:
         sinks.append(WandbSink(recipe, output_dir, mode))
     if recipe.monitoring.tensorboard:
         sinks.append(TensorBoardSink(output_dir / "tensorboard"))
+    if recipe.monitoring.prometheus.port is not None:
+        sinks.append(PrometheusSink(recipe))
     return sinks
+
+
+def prometheus_name(key: str) -> str:
+    """A metrics.jsonl key as a Prometheus metric name: `reward/mean` -> `llm_rl_reward_mean`."""
+    return "llm_rl_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+class PrometheusSink:
+    """Serves the latest unified row at `/metrics` through prometheus_client: one gauge per key, labelled
+    with the run's name, and `llm_rl_alerts_total{alert=...}` counting the alerts that fired."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        from prometheus_client import CollectorRegistry, Counter, ProcessCollector, start_http_server
+
+        section = recipe.monitoring.prometheus
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self.labels = {"run": recipe.run_name}
+        self.gauges: dict[str, Any] = {}
+        self.alerts = Counter(
+            "llm_rl_alerts", "Alerts fired (monitoring.alerts)", ["run", "alert"], registry=self.registry
+        )
+        try:
+            self.server, _ = start_http_server(section.port, addr=section.host, registry=self.registry)
+        except OSError as err:
+            raise RecipeError(
+                f"monitoring.prometheus.port: cannot serve on {section.host}:{section.port}: {err.strerror}"
+            ) from None
+
+    def write(self, row: dict[str, Any]) -> None:
+        for key, value in row.items():
+            if key.startswith("alerts/"):
+                self.alerts.labels(alert=key.removeprefix("alerts/"), **self.labels).inc()
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                self.gauge(key).labels(**self.labels).set(value)
+
+    def gauge(self, key: str) -> Any:
+        """The gauge of a metric key, made on first sight (reward functions and schedules add keys)."""
+        from prometheus_client import Gauge
+
+        if key not in self.gauges:
+            self.gauges[key] = Gauge(
+                prometheus_name(key), f"{key} (metrics.jsonl)", ["run"], registry=self.registry
+            )
+        return self.gauges[key]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -20,6 +20,7 @@ from llm_rl.models import load_policy
 from llm_rl.ppo_rewards import RewardAdapter
 from llm_rl.ppo_trainer import UnifiedPPOTrainer
 from llm_rl.recipe import PPO_OWN_KEYS, Recipe, ppo_settings
+from llm_rl.schedules import start_values
 from llm_rl.training_args import (
     SampleCounter,
     sample_counter,
@@ -81,7 +82,10 @@ def trl_config(recipe: Recipe) -> PPOConfig:
         total_episodes=steps_for_budget(recipe, per_step) * per_step,
         local_rollout_forward_batch_size=min(64, local_batch),
     )
+    if recipe.advantages.whiten_rewards:
+        fields["whiten_rewards"] = True
     fields.update({k: v for k, v in recipe.ppo.items() if k not in PPO_OWN_KEYS})
+    fields.update({k: v for k, v in start_values(recipe).items() if k not in PPO_OWN_KEYS})
     try:
         return PPOConfig(**fields)
     except (ValueError, TypeError) as err:
@@ -107,7 +111,7 @@ def check_batches(recipe: Recipe) -> None:
             f"a PPO mini-batch of {mini_batch} samples is not a whole number of micro-batches of "
             f"training.per_device_batch_size ({training.per_device_batch_size})"
         )
-    if recipe.ppo.get("whiten_rewards") and mini_batch < 8:
+    if (recipe.ppo.get("whiten_rewards") or recipe.advantages.whiten_rewards) and mini_batch < 8:
         raise RecipeError(
             f"ppo.whiten_rewards needs at least 8 samples per mini-batch and process (here {mini_batch}): "
             "whitening over fewer is noise"
@@ -185,6 +189,19 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> U
         peft_config=peft_config(recipe.model.lora),
         critic_learning_rate=own.critic_learning_rate,
         critic_warmup_steps=own.critic_warmup_steps,
+        entropy_coef=own.entropy_coef,
+        whiten_advantages=recipe.advantages.normalize in ("auto", "batch"),
         sampling=sampling_settings(recipe),
         held_out=components.held_out,
     )
+
+
+def apply_setting(trainer: UnifiedPPOTrainer, key: str, value: float) -> None:
+    """Set a scheduled setting (`llm_rl.recipe.SCHEDULABLE`) where the PPO loop reads it each update."""
+    if key == "ppo.entropy_coef":
+        trainer.entropy_coef = value
+    elif key == "generation.temperature":
+        trainer.args.temperature = value
+        trainer.generation_kwargs["temperature"] = value + 1e-7
+    else:
+        setattr(trainer.args, key.removeprefix("ppo."), value)

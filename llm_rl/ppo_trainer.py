@@ -67,17 +67,21 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         *args: Any,
         critic_learning_rate: float | None = None,
         critic_warmup_steps: int = 0,
+        entropy_coef: float = 0.0,
+        whiten_advantages: bool = True,
         sampling: dict[str, Any] | None = None,
         held_out: HeldOutReward | None = None,
         **kwargs: Any,
     ) -> None:
-        """TRL's arguments, plus the critic's learning rate and warm-up, `sampling` (top_p, top_k) and the
-        held-out reward evaluator (`evaluation.every`)."""
+        """TRL's arguments, plus the critic's learning rate and warm-up, the entropy bonus, whether GAE
+        advantages are whitened, `sampling` (top_p, top_k) and the held-out reward evaluator."""
         self.held_out = held_out
         self._unwrapped: tuple[Any, Any] | None = None
         self._clip_groups: list[tuple[str, list[torch.nn.Parameter]]] | None = None
         self.critic_learning_rate = critic_learning_rate
         self.critic_warmup_steps = critic_warmup_steps
+        self.entropy_coef = entropy_coef
+        self.whiten_advantages = whiten_advantages
         with deepspeed_leaves_alone(RewardAdapter):
             super().__init__(*args, **kwargs)
         # TRL's PPOTrainer never runs Trainer.__init__; Trainer's checkpoint loaders read these.
@@ -155,6 +159,7 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         self.model.train()
         started = time.time()
         while self.state.global_step < self.state.max_steps and not self.control.should_training_stop:
+            self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             warming_up = self.state.global_step < self.critic_warmup_steps
             self.freeze_policy(warming_up)
             rollout = self.rollout(next(batches))
@@ -328,7 +333,9 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
             reversed_advantages.append(last_gae)
         advantages = torch.stack(reversed_advantages[::-1], dim=1)
         returns = advantages + values
-        advantages = torch.masked_fill(masked_whiten(advantages, ~padding_mask), padding_mask, 0)
+        if self.whiten_advantages:
+            advantages = masked_whiten(advantages, ~padding_mask)
+        advantages = torch.masked_fill(advantages, padding_mask, 0)
         batch.update(
             logprobs=logprobs,
             values=values,
@@ -399,9 +406,13 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         clipped_policy_losses = -advantages * torch.clamp(ratio, 1.0 - args.cliprange, 1.0 + args.cliprange)
         policy_loss = masked_mean(torch.max(policy_losses, clipped_policy_losses), ~padding_mask)
         loss = policy_loss + args.vf_coef * value_loss
-        with torch.no_grad():
+        with torch.set_grad_enabled(self.entropy_coef > 0 and torch.is_grad_enabled()):
             probabilities = torch.nn.functional.softmax(logits, dim=-1)
             entropy = torch.logsumexp(logits, dim=-1) - torch.sum(probabilities * logits, dim=-1)
+        if self.entropy_coef > 0:
+            loss = loss - self.entropy_coef * masked_mean(entropy, ~padding_mask)
+        entropy = entropy.detach()
+        with torch.no_grad():
             stats = {
                 "policy/approxkl_avg": 0.5 * (log_ratio**2).mean(),
                 "policy/clipfrac_avg": masked_mean(

@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -223,12 +224,105 @@ class EvaluationSection(Section):
     batch_size: int = Field(64, gt=0)
 
 
+class PrometheusSection(Section):
+    """The unified metrics at http://host:port/metrics while training (main process only)."""
+
+    # None: no endpoint.
+    port: int | None = Field(None, ge=1, le=65535)
+    # Loopback by default; "0.0.0.0" lets a Prometheus server on another host scrape it.
+    host: str = "127.0.0.1"
+
+
 class MonitoringSection(Section):
     wandb: WandbSection = Field(default_factory=WandbSection)
+    prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
     alerts: AlertsSection = Field(default_factory=AlertsSection)
     tensorboard: bool = False
     # Print a progress bar and a line of metrics at every logging step.
     progress: bool = True
+
+
+class AdvantagesSection(Section):
+    """How rewards become advantages, in one key for both algorithms (docs/operations.md, when each helps).
+
+    `normalize`: `group` divides each completion's advantage by its group's reward spread (GRPO only:
+    PPO has no groups), `batch` by the spread over the whole batch (for PPO: whitening the GAE
+    advantages), `none` only centres them (GRPO: Dr. GRPO's choice) or leaves them raw (PPO).
+    `auto` is each algorithm's usual choice: group for GRPO, batch for PPO.
+    """
+
+    normalize: Literal["auto", "group", "batch", "none"] = "auto"
+    # PPO only: whiten the per-token rewards before GAE (TRL's whiten_rewards), for rewards on very
+    # different scales across the run.
+    whiten_rewards: bool = False
+
+
+class ConstantSchedule(Section):
+    kind: Literal["constant"]
+    value: float
+
+    def value_at(self, samples: int) -> float:
+        return self.value
+
+
+class LinearSchedule(Section):
+    """From `start` to `end` over `samples` samples, beginning `begin` samples into the run."""
+
+    kind: Literal["linear"]
+    start: float
+    end: float
+    samples: int = Field(gt=0)
+    begin: int = Field(0, ge=0)
+
+    def value_at(self, samples: int) -> float:
+        progress = min(max(samples - self.begin, 0) / self.samples, 1.0)
+        return self.start + (self.end - self.start) * progress
+
+
+class CosineSchedule(Section):
+    """A half cosine from `start` to `end` over `samples` samples, beginning `begin` samples in."""
+
+    kind: Literal["cosine"]
+    start: float
+    end: float
+    samples: int = Field(gt=0)
+    begin: int = Field(0, ge=0)
+
+    def value_at(self, samples: int) -> float:
+        progress = min(max(samples - self.begin, 0) / self.samples, 1.0)
+        return self.end + (self.start - self.end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class StepSchedule(Section):
+    """`start`, multiplied by `factor` every `every` samples (0.5: halving), never past `limit`."""
+
+    kind: Literal["step"]
+    start: float
+    factor: float = Field(gt=0.0)
+    every: int = Field(gt=0)
+    limit: float | None = None
+
+    def value_at(self, samples: int) -> float:
+        value = self.start * self.factor ** (samples // self.every)
+        if self.limit is None:
+            return value
+        return max(value, self.limit) if self.factor < 1 else min(value, self.limit)
+
+
+Schedule = Annotated[
+    ConstantSchedule | LinearSchedule | CosineSchedule | StepSchedule, Field(discriminator="kind")
+]
+
+
+class StageEntry(Section):
+    """One stage of a staged run: a budget, and recipe keys that differ from the recipe's own."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    # The stage's budget: one of these, as in training.
+    max_steps: int | None = Field(None, gt=0)
+    total_samples: int | None = Field(None, gt=0)
+    # Recipe sections merged over the recipe for this stage (e.g. {grpo: {num_generations: 16}}).
+    overrides: dict[str, Any] = Field(default_factory=dict)
 
 
 class Recipe(Section):
@@ -245,6 +339,11 @@ class Recipe(Section):
     early_stopping: EarlyStoppingSection = Field(default_factory=EarlyStoppingSection)
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     monitoring: MonitoringSection = Field(default_factory=MonitoringSection)
+    advantages: AdvantagesSection = Field(default_factory=AdvantagesSection)
+    # Scalar settings that change over the run, by dotted key (SCHEDULABLE), in samples since the start.
+    schedules: dict[str, Schedule] = Field(default_factory=dict)
+    # Stages run one after another in one run folder, each warm-started from the one before.
+    stages: list[StageEntry] = Field(default_factory=list)
     grpo: dict[str, Any] = Field(default_factory=dict)
     ppo: dict[str, Any] = Field(default_factory=dict)
 
@@ -285,6 +384,8 @@ class PPOSettings(BaseModel):
     critic_warmup_steps: int = Field(0, ge=0)
     # The score of a sample for which every reward function returned None (not applicable).
     none_reward: float = 0.0
+    # A bonus for the policy's per-token entropy, subtracted from the loss (0: none, TRL's behaviour).
+    entropy_coef: float = Field(0.0, ge=0.0)
 
 
 # Our own PPO keys; everything else in `ppo:` must be a PPOConfig field.
@@ -569,6 +670,10 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
         )
     if recipe.algorithm == "grpo":
         check_grpo_batches(recipe, where)
+    check_advantages(recipe, where)
+    check_schedules(recipe, where)
+    if recipe.stages:
+        stage_recipes(recipe, recipe.output_dir, where)
     names = [r.metric_name for r in recipe.rewards]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -600,3 +705,117 @@ def check_grpo_batches(recipe: Recipe, where: str) -> None:
             f"size {group}; each prompt's {group} completions must be generated together",
             where=where,
         )
+
+
+def check_advantages(recipe: Recipe, where: str) -> None:
+    """`advantages:` against the algorithm, and against the TRL keys that say the same thing."""
+    advantages = recipe.advantages
+    if recipe.algorithm == "ppo" and advantages.normalize == "group":
+        raise RecipeError(
+            "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
+            "PPO samples one completion per prompt: use 'batch' or 'none'",
+            where=where,
+        )
+    if advantages.normalize != "auto" and "scale_rewards" in recipe.grpo:
+        raise RecipeError(
+            "advantages.normalize and grpo.scale_rewards both set: they are the same setting; keep one",
+            where=where,
+        )
+    if advantages.whiten_rewards and "whiten_rewards" in recipe.ppo:
+        raise RecipeError(
+            "advantages.whiten_rewards and ppo.whiten_rewards both set: they are the same setting; keep one",
+            where=where,
+        )
+
+
+# Scalar settings the trainers read at every update, by algorithm: the keys `schedules:` accepts.
+SCHEDULABLE = {
+    "grpo": ("grpo.beta", "grpo.epsilon", "generation.temperature"),
+    "ppo": (
+        "ppo.cliprange",
+        "ppo.cliprange_value",
+        "ppo.kl_coef",
+        "ppo.lam",
+        "ppo.gamma",
+        "ppo.vf_coef",
+        "ppo.entropy_coef",
+        "generation.temperature",
+    ),
+}
+
+
+def active_schedules(recipe: Recipe) -> dict[str, Schedule]:
+    """The schedules this recipe's algorithm reads; the other algorithm's keys wait for a swap, like its section."""
+    return {key: value for key, value in recipe.schedules.items() if key in SCHEDULABLE[recipe.algorithm]}
+
+
+def check_schedules(recipe: Recipe, where: str) -> None:
+    """Each schedule names a setting a trainer reads every update, set in one place only."""
+    every_key = {key for keys in SCHEDULABLE.values() for key in keys}
+    for key, schedule in recipe.schedules.items():
+        if key not in every_key:
+            hint = did_you_mean(key, sorted(every_key))
+            raise RecipeError(
+                f"schedules.{key}: not a setting that can follow a schedule{hint}; "
+                f"GRPO: {', '.join(SCHEDULABLE['grpo'])}; PPO: {', '.join(SCHEDULABLE['ppo'])}",
+                where=where,
+            )
+        section, _, field = key.partition(".")
+        if section in ("grpo", "ppo") and field in getattr(recipe, section):
+            raise RecipeError(
+                f"schedules.{key}: {key} is also set as a value; give it one or the other", where=where
+            )
+        if key == "grpo.beta" and recipe.algorithm == "grpo" and schedule.value_at(0) <= 0:
+            raise RecipeError(
+                "schedules.grpo.beta: must start above 0: GRPO builds its reference model only when "
+                "beta is above 0 at the start",
+                where=where,
+            )
+        if key == "generation.temperature" and recipe.grpo.get("use_vllm") and recipe.algorithm == "grpo":
+            raise RecipeError(
+                "schedules.generation.temperature: vLLM reads the temperature once at start-up; "
+                "schedule it without grpo.use_vllm or keep it constant",
+                where=where,
+            )
+
+
+# Keys a stage may not override: a stage continues the run's policy in the run's folder.
+STAGE_FIXED_KEYS = {
+    "run": "stages share the run's name, folder and seed",
+    "model": "a stage continues the previous stage's policy; model settings are the recipe's",
+    "stages": "stages do not nest",
+    "extends": "extends belongs at the top of a recipe file",
+}
+STAGE_FIXED_DOTTED = {
+    "training.max_steps": "give the stage's budget as its own max_steps or total_samples",
+    "training.total_samples": "give the stage's budget as its own max_steps or total_samples",
+    "checkpointing.resume": "a staged run resumes stage by stage by itself",
+}
+STAGES_DIR = "stages"
+
+
+def stage_recipes(recipe: Recipe, run_folder: Path, where: str) -> list[Recipe]:
+    """Every stage as a whole recipe (the recipe, its overrides, its budget, its folder), each validated."""
+    names = [stage.name for stage in recipe.stages]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise RecipeError(f"stages: the name {repeated[0]!r} is used twice", where=where)
+    base = {key: value for key, value in recipe.to_dict().items() if key != "stages"}
+    recipes = []
+    for index, stage in enumerate(recipe.stages):
+        label = f"stages[{index}] ({stage.name})"
+        if (stage.max_steps is None) == (stage.total_samples is None):
+            raise RecipeError(f"{label}: give one budget, max_steps or total_samples", where=where)
+        for key, reason in STAGE_FIXED_KEYS.items():
+            if key in stage.overrides:
+                raise RecipeError(f"{label}.overrides.{key}: cannot change in a stage: {reason}", where=where)
+        for dotted, reason in STAGE_FIXED_DOTTED.items():
+            section, _, field = dotted.partition(".")
+            if field in (stage.overrides.get(section) or {}):
+                raise RecipeError(f"{label}.overrides.{dotted}: {reason}", where=where)
+        raw = deep_merge(base, stage.overrides)
+        raw["training"].update(max_steps=stage.max_steps, total_samples=stage.total_samples)
+        raw["run"]["output_dir"] = str(run_folder / STAGES_DIR / f"{index:02d}-{stage.name}")
+        raw["checkpointing"]["resume"] = "auto"
+        recipes.append(validate_recipe(raw, f"{where}: {label}"))
+    return recipes

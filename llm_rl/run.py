@@ -11,9 +11,10 @@ import json
 import os
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
@@ -28,8 +29,12 @@ from llm_rl.metrics import MetricsCallback
 from llm_rl.models import load_policy, load_tokenizer, resolve_model_path
 from llm_rl.monitoring import make_sinks, wandb_notifier
 from llm_rl.progress import ProgressLine, QuietProgressCallback
-from llm_rl.recipe import Recipe
+from llm_rl.recipe import Recipe, active_schedules
 from llm_rl.rewards import build_reward_functions
+from llm_rl.schedules import ScheduleCallback
+
+if TYPE_CHECKING:
+    from llm_rl.stages import StageContext
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
@@ -152,8 +157,16 @@ def make_summary(
     }
 
 
-def train(recipe: Recipe) -> dict[str, Any]:
-    """Run a recipe to the end and return its summary; the run folder is consistent whatever happens."""
+def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
+    """Run a recipe to the end and return its summary; the run folder is consistent whatever happens.
+
+    A recipe with `stages:` runs them in turn (`llm_rl.stages`), which calls this once per stage with
+    its place in the run.
+    """
+    if recipe.stages:
+        from llm_rl.stages import train_stages
+
+        return train_stages(recipe)
     started = time.perf_counter()
     set_seed(recipe.run.seed)
     components = build_components(recipe)
@@ -164,11 +177,11 @@ def train(recipe: Recipe) -> dict[str, Any]:
     resume_from = find_resume_checkpoint(recipe)
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
-    sinks = make_sinks(recipe, folder) if is_main_process() else []
+    sinks = (stage.local_sinks(folder) if stage else make_sinks(recipe, folder)) if is_main_process() else []
     metrics = MetricsCallback(algorithm.METRIC_NAMES, count_samples, sinks)
     score = MetricWindow.for_early_stopping(recipe.early_stopping)
     early_stopping = EarlyStopping(recipe.early_stopping) if recipe.early_stopping.enabled else None
-    alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(sinks))
+    alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(stage.run_sinks if stage else sinks))
     if resume_from is not None:
         restore_watchers(resume_from, folder, score, early_stopping)
     metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
@@ -176,6 +189,12 @@ def train(recipe: Recipe) -> dict[str, Any]:
     no_broken_saves = NoNonFiniteSaves()
     callbacks = [metrics, checkpoints, *([early_stopping] if early_stopping else []), alerts, no_broken_saves]
     trainer = algorithm.build_trainer(components, callbacks)
+    schedules = active_schedules(recipe)
+    if schedules:
+        apply = partial(algorithm.apply_setting, trainer)
+        scheduled = ScheduleCallback(schedules, count_samples, apply, stage.samples_offset if stage else 0)
+        trainer.add_callback(scheduled)
+        metrics.on_row.insert(0, scheduled)
     total_rows = trainer.args.max_steps // trainer.args.logging_steps
     metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
     # TRL's own progress bar and log printer would repeat what ProgressLine shows, under TRL's names.
