@@ -8,6 +8,7 @@ Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -140,6 +141,42 @@ def command_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_serve(args: argparse.Namespace) -> int:
+    """Serve a trained policy over HTTP until interrupted."""
+    from llm_rl.serving import ServeLimits, make_server
+
+    limits = ServeLimits(
+        max_prompts=args.max_prompts,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_new_tokens=args.max_new_tokens,
+        batch_wait_seconds=args.batch_wait_ms / 1000,
+    )
+    try:
+        server = make_server(args.source, args.host, args.port, limits)
+    except OSError as err:
+        raise UserInputError(f"--port {args.port}: cannot serve on {args.host}: {err.strerror}") from None
+    host, port = server.server_address[:2]
+    print(f"serving {args.source} on http://{host}:{port} (POST /generate, GET /health)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
+def command_sample(args: argparse.Namespace) -> int:
+    """Print completions for a prompts file, each with the run's rewards."""
+    # Libraries print on import and load (transformers, under WANDB_MODE=offline): stdout is ours alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        from llm_rl.sampling import print_samples, sample_file
+
+        results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens)
+    print_samples(results, args.json)
+    return EXIT_OK
+
+
 def command_compare(args: argparse.Namespace) -> int:
     """Compare run folders: plots and a table in REPORT_DIR/report.md; print the table."""
     from llm_rl.comparison import compare_runs
@@ -196,6 +233,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     export_parser.add_argument("--merge-lora", action="store_true", help="fold a LoRA adapter into its base")
     export_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     export_parser.set_defaults(run=command_export)
+    serve_parser = commands.add_parser("serve", help="serve a trained policy over HTTP for sampling checks")
+    serve_parser.add_argument(
+        "source", type=Path, help="a run folder, its final/, a checkpoint or an adapter"
+    )
+    serve_parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="default loopback; 0.0.0.0 for all")
+    serve_parser.add_argument("--max-prompts", type=int, default=64, help="prompts per request")
+    serve_parser.add_argument("--max-prompt-tokens", type=int, default=2048, help="tokens per prompt")
+    serve_parser.add_argument("--max-new-tokens", type=int, default=512, help="the most a request may ask")
+    serve_parser.add_argument(
+        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests"
+    )
+    serve_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    serve_parser.set_defaults(run=command_serve)
+    sample_parser = commands.add_parser("sample", help="completions for a prompts file, with their rewards")
+    sample_parser.add_argument("run_dir", type=Path, help="a run folder, its final/ or a checkpoint")
+    sample_parser.add_argument(
+        "--prompts", type=Path, required=True, help="a jsonl/json/csv/parquet file in the run's data format"
+    )
+    sample_parser.add_argument("--greedy", action="store_true", help="greedy instead of the run's sampling")
+    sample_parser.add_argument(
+        "--max-new-tokens", type=int, help="default: the run's generation.max_new_tokens"
+    )
+    sample_parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    sample_parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sample_parser.set_defaults(run=command_sample)
     compare_parser = commands.add_parser("compare", help="compare run folders: plots and a table")
     compare_parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders")
     compare_parser.add_argument("-o", "--output", type=Path, required=True, metavar="REPORT_DIR")

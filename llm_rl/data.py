@@ -276,22 +276,24 @@ def format_prompts(
     if conversational and not has_chat_template(tokenizer):
         raise DataError("prompts are chat messages, but the tokenizer has no chat template", where=where)
     system = data.system_prompt
-
-    def format_one(row: dict[str, Any]) -> dict[str, Any]:
-        prompt = row["prompt"]
-        if isinstance(prompt, str) and use_template:
-            prompt = [{"role": "user", "content": prompt}]
-        if system is None:
-            return {"prompt": prompt}
-        if isinstance(prompt, str):
-            return {"prompt": f"{system}\n\n{prompt}"}
-        if prompt[0]["role"] == "system":
-            return {"prompt": prompt}
-        return {"prompt": [{"role": "system", "content": system}, *prompt]}
-
     if not use_template and system is None:
         return dataset
-    return dataset.map(format_one, desc="formatting prompts")
+    return dataset.map(
+        lambda row: {"prompt": format_prompt(row["prompt"], use_template, system)}, desc="formatting prompts"
+    )
+
+
+def format_prompt(prompt: str | list[dict[str, Any]], use_template: bool, system: str | None) -> Any:
+    """One prompt as the policy sees it: messages when the chat template is used, the system prompt added."""
+    if isinstance(prompt, str) and use_template:
+        prompt = [{"role": "user", "content": prompt}]
+    if system is None:
+        return prompt
+    if isinstance(prompt, str):
+        return f"{system}\n\n{prompt}"
+    if prompt[0]["role"] == "system":
+        return prompt
+    return [{"role": "system", "content": system}, *prompt]
 
 
 # ----------------------------------------------------------------------------------------------------

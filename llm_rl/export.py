@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from llm_rl.checkpoints import list_checkpoints
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models import is_adapter_folder, merged_adapter_path
 from llm_rl.run import FINAL_DIR
@@ -22,13 +23,17 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def policy_folder(source: Path) -> Path:
-    """The folder holding the policy: a run folder's final/, or the folder itself."""
+    """The folder holding the policy: a run folder's final/ (its latest checkpoint before it has one),
+    or the folder itself."""
     if (source / FINAL_DIR).is_dir():
         return source / FINAL_DIR
     if (source / "config.json").is_file() or is_adapter_folder(source):
         return source
+    checkpoints = list_checkpoints(source)
+    if checkpoints:
+        return checkpoints[-1]
     raise ModelError(
-        "neither a run folder with final/ nor a model, checkpoint or adapter folder", where=str(source)
+        "neither a run folder with final/ or a checkpoint, nor a model or adapter folder", where=str(source)
     )
 
 

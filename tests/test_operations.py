@@ -11,7 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,154 @@ def test_a_training_run_answers_a_prometheus_scrape(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Serving and sampling a trained embedded policy
+# ----------------------------------------------------------------------------------------------------
+
+SERVE_LIMITS = ["--max-prompts", "4", "--max-prompt-tokens", "16", "--max-new-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("trained") / "grpo"
+    short_grpo_run(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(trained_run: Path):
+    """`llm-rl serve` on a free loopback port, with small limits; yields its base URL."""
+    command = [LLM_RL, "serve", str(trained_run), "--port", "0", "--batch-wait-ms", "300", *SERVE_LIMITS]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        # Libraries may print a line or two before the server's own.
+        line = ""
+        for _ in range(20):
+            line = process.stdout.readline()
+            if " on http://127.0.0.1:" in line or not line:
+                break
+        assert " on http://127.0.0.1:" in line, line
+        yield line.split(" on ", 1)[1].split()[0]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def call(url: str, path: str, body: bytes | dict | None = None) -> tuple[int, dict]:
+    """(status, JSON answer) of a GET (no body) or POST."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def greedy_completion(final: Path, prompt: str, max_new_tokens: int) -> str:
+    """What transformers' own generate writes for a prompt, greedily, up to EOS."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert not tokenizer.chat_template, "the embedded tokenizer is expected to have no chat template"
+    model = AutoModelForCausalLM.from_pretrained(final).eval()
+    ids = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id
+        )
+    response = out[0, ids["input_ids"].shape[1] :].tolist()
+    if tokenizer.eos_token_id in response:
+        response = response[: response.index(tokenizer.eos_token_id)]
+    return tokenizer.decode(response, skip_special_tokens=True)
+
+
+def test_serve_answers_health_and_generate_requests(server: str, trained_run: Path) -> None:
+    status, health = call(server, "/health")
+    assert status == 200 and health["status"] == "ok"
+    assert health["model"] == str(trained_run / "final")
+    status, answer = call(server, "/generate", {"prompt": "3+4=", "temperature": 0, "max_new_tokens": 6})
+    assert status == 200
+    [completion] = answer["completions"]
+    assert completion["text"] == greedy_completion(trained_run / "final", "3+4=", 6)
+    assert completion["finish_reason"] in ("eos", "length") and 1 <= completion["tokens"] <= 6
+    status, sampled = call(server, "/generate", {"prompts": ["1+2=", "5+3="], "max_new_tokens": 4})
+    assert status == 200 and len(sampled["completions"]) == 2
+
+
+def test_serve_batches_requests_that_arrive_together(server: str, trained_run: Path) -> None:
+    prompts = [f"{a}+{b}=" for a, b in [(1, 2), (3, 3), (4, 1), (2, 6), (5, 2), (7, 1)]]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(
+            pool.map(
+                lambda p: call(server, "/generate", {"prompt": p, "temperature": 0, "max_new_tokens": 4}),
+                prompts,
+            )
+        )
+    assert all(status == 200 for status, _ in answers)
+    final = trained_run / "final"
+    for prompt, (_, answer) in zip(prompts, answers, strict=True):
+        assert answer["completions"][0]["text"] == greedy_completion(final, prompt, 4), prompt
+    _, health = call(server, "/health")
+    assert health["largest_batch"] > 1
+
+
+BAD_REQUESTS = {
+    "not json": (b"{nope", 400, "not JSON"),
+    "unknown key": ({"prompt": "1+1=", "temprature": 0}, 400, "unknown key 'temprature'"),
+    "both prompt and prompts": ({"prompt": "1+1=", "prompts": ["2+2="]}, 400, "give one of"),
+    "no prompt": ({"max_new_tokens": 2}, 400, "give one of"),
+    "empty prompt": ({"prompt": ""}, 400, "prompt 0: must be text"),
+    "too many prompts": ({"prompts": ["1+1="] * 5}, 400, "5 prompts in one request; the limit is 4"),
+    "too many new tokens": ({"prompt": "1+1=", "max_new_tokens": 9}, 400, "the limit is 8"),
+    "prompt too long": ({"prompt": "1+1=" * 10}, 400, "a prompt of"),
+    "bad temperature": ({"prompt": "1+1=", "temperature": "hot"}, 400, "'temperature' must be a number"),
+    "body too large": (b"x" * (2 << 20), 413, "the limit is 1048576"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_serve_answers_bad_requests_with_a_4xx_that_says_why(server: str, case: str) -> None:
+    body, expected_status, message = BAD_REQUESTS[case]
+    status, answer = call(server, "/generate", body)
+    assert status == expected_status
+    assert message in answer["error"]
+
+
+def test_serve_answers_404_for_unknown_endpoints(server: str) -> None:
+    assert call(server, "/nope")[0] == 404
+    assert call(server, "/health", {"prompt": "x"})[0] == 404
+
+
+def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    pairs = [(3, 4), (2, 2), (5, 1), (0, 9)]
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a, b in pairs)
+    )
+    result = run_entry(
+        ["sample", str(trained_run), "--prompts", str(prompts), "--greedy", "--json"], launcher=[LLM_RL]
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["prompt"] for line in lines] == [f"{a}+{b}=" for a, b in pairs]
+    recipe = yaml.safe_load((trained_run / "recipe.yaml").read_text())
+    weights = {r["name"]: r["weight"] for r in recipe["rewards"]}
+    final = trained_run / "final"
+    for line, (a, b) in zip(lines, pairs, strict=True):
+        assert line["completion"] == greedy_completion(
+            final, f"{a}+{b}=", recipe["generation"]["max_new_tokens"]
+        )
+        assert line["rewards"]["accuracy"] == float(line["completion"].strip() == str(a + b))
+        expected = sum(weights[name] * value for name, value in line["rewards"].items())
+        assert line["reward"] == pytest.approx(expected)
+    table = run_entry(["sample", str(trained_run), "--prompts", str(prompts), "--greedy"], launcher=[LLM_RL])
+    assert table.returncode == 0 and "mean reward" in table.stdout
+    missing = run_entry(
+        ["sample", str(trained_run), "--prompts", str(tmp_path / "none.jsonl")], launcher=[LLM_RL]
+    )
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
