@@ -153,7 +153,7 @@ def reward_swinging(run: Run) -> Finding | None:
         "reward swinging",
         f"the smoothed reward/mean fell back by more than half its range {len(drops)} times (steps {drops})",
         "narrow the clip range (grpo.epsilon / ppo.cliprange), lower training.learning_rate, or normalise "
-        "advantages (grpo.scale_rewards, ppo.whiten_rewards)",
+        "advantages over the batch (advantages.normalize: batch; for PPO also advantages.whiten_rewards)",
     )
 
 
@@ -208,8 +208,8 @@ def entropy_collapsing(run: Run) -> Finding | None:
     return Finding(
         "entropy collapsing early",
         f"entropy {start:.3f} at the start and {collapsed[1]:.3f} by step {collapsed[0]}, a third of the way in",
-        "the policy stops exploring: raise generation.temperature, lower training.learning_rate, or raise the "
-        "KL coefficient",
+        "the policy stops exploring: raise generation.temperature, lower training.learning_rate, raise the "
+        "KL coefficient, or (PPO) add an entropy bonus with ppo.entropy_coef",
     )
 
 
