@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from llm_rl.errors import DataError
+from llm_rl.recipe import STAGES_DIR
 from llm_rl.run import METRICS_FILE, RECIPE_FILE, read_rows
 
 # Fewer rows than this say nothing reliable about trends.
@@ -276,9 +277,34 @@ def read_run(folder: Path) -> Run:
 
 
 def diagnose(folder: Path) -> tuple[list[Finding], int]:
-    """The findings for a run folder and the number of rows they were read from."""
+    """The findings for a run folder and the number of rows they were read from.
+
+    A staged run is judged stage by stage, each against its own recipe: a GRPO stage followed by a
+    slower PPO stage is not a fall in throughput.
+    """
     run = read_run(folder)
-    return [finding for check in CHECKS if (finding := check(run)) is not None], len(run.rows)
+    findings = []
+    for label, part in split_stages(run, folder):
+        for check in CHECKS:
+            finding = check(part)
+            if finding is not None:
+                findings.append(Finding(f"{label}{finding.name}", finding.evidence, finding.advice))
+    return findings, len(run.rows)
+
+
+def split_stages(run: Run, folder: Path) -> list[tuple[str, Run]]:
+    """("", the run) for a plain run; ("stage NN-name: ", its rows and recipe) per stage of a staged one."""
+    stages = run.recipe.get("stages") or []
+    if not stages:
+        return [("", run)]
+    parts = []
+    for index, stage in enumerate(stages):
+        name = f"{index:02d}-{stage['name']}"
+        recipe_path = folder / STAGES_DIR / name / RECIPE_FILE
+        recipe = yaml.safe_load(recipe_path.read_text()) if recipe_path.is_file() else run.recipe
+        rows = [row for row in run.rows if row.get("stage") == index]
+        parts.append((f"stage {name}: ", Run(rows, recipe or {})))
+    return parts
 
 
 def describe(findings: list[Finding], rows: int) -> str:

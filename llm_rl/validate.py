@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_rl.components import Components
-from llm_rl.recipe import Recipe
+from llm_rl.recipe import Recipe, stage_recipes
 from llm_rl.run import algorithm_module, build_components
 from llm_rl.training_args import save_every_steps, steps_for_budget
 
@@ -30,7 +30,10 @@ def try_rewards(components: Components) -> list[str]:
 
 
 def describe_run(recipe: Recipe) -> str:
-    """A summary of what `llm-rl train` would run, after loading all of it."""
+    """A summary of what `llm-rl train` would run, after loading all of it (a staged recipe: its first
+    stage in full, and every stage's algorithm, budget and TRL config)."""
+    if recipe.stages:
+        return describe_stages(recipe)
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
     algorithm.trl_config(recipe)
@@ -52,4 +55,21 @@ def describe_run(recipe: Recipe) -> str:
         "rewards",
         *try_rewards(components),
     ]
+    return "\n".join(lines)
+
+
+def describe_stages(recipe: Recipe) -> str:
+    """The first stage described in full, then one line per stage (each stage's TRL config built)."""
+    stages = stage_recipes(recipe, recipe.output_dir, "recipe")
+    lines = [describe_run(stages[0]), f"stages    {len(stages)}, into {recipe.output_dir}"]
+    for index, (entry, stage) in enumerate(zip(recipe.stages, stages, strict=True)):
+        algorithm = algorithm_module(stage.algorithm)
+        algorithm.trl_config(stage)
+        per_step = algorithm.samples_per_step(stage)
+        steps = steps_for_budget(stage, per_step)
+        changes = ", ".join(sorted(entry.overrides)) or "none"
+        lines.append(
+            f"  {index:02d} {entry.name:<20} {stage.algorithm.upper():<5} {steps} updates x {per_step} samples "
+            f"= {steps * per_step} samples; overrides: {changes}"
+        )
     return "\n".join(lines)

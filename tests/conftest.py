@@ -19,6 +19,11 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# `accelerate launch` on a free port: test files run side by side, and two launches on the default
+# port 29500 would collide.
+ACCELERATE_LAUNCH = [str(Path(sys.executable).parent / "accelerate"), "launch", "--main_process_port", "0"]
+
+
 def run_entry(
     args: list[str], timeout: float = 300, launcher: list[str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_entry
+from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -23,7 +22,6 @@ from llm_rl.tiny_model import build_tokenizer
 from llm_rl.training_args import DEEPSPEED_CLIPPING_VARIABLE, sync_deepspeed_clipping
 from llm_rl.value_model import load_value_model
 
-ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch"]
 ZERO2 = str(REPO / "accelerate_configs" / "cpu_zero2_2proc.yaml")
 ZERO3 = str(REPO / "accelerate_configs" / "cpu_zero3_2proc.yaml")
 
@@ -33,7 +31,7 @@ def launch_ppo(config: str, output: Path, *overrides: str) -> None:
     args = ["--config_file", config, "recipes/ppo.py", "--set", f"run.output_dir={output}"]
     for override in ("training.per_device_batch_size=8", "monitoring.wandb.mode=disabled", *overrides):
         args += ["--set", override]
-    result = run_entry(args, launcher=ACCELERATE)
+    result = run_entry(args, launcher=ACCELERATE_LAUNCH)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -7,17 +7,15 @@ Each launch takes 10-25 s on 2 cores: two or three updates of the embedded recip
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_entry
+from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from transformers import AutoModelForCausalLM
 
 from llm_rl.checkpoints import list_checkpoints
 from llm_rl.models import resolve_model_path
 
-ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch"]
 CONFIGS = {
     name: str(REPO / "accelerate_configs" / f"cpu_{name}_2proc.yaml") for name in ("ddp", "zero2", "zero3")
 }
@@ -33,7 +31,7 @@ def launch(config: str, algorithm: str, output: Path, *overrides: str) -> dict:
     args = ["--config_file", config, f"recipes/{algorithm}.py"]
     for override in (*settings, *small, *overrides):
         args += ["--set", override]
-    result = run_entry(args, launcher=ACCELERATE, timeout=400)
+    result = run_entry(args, launcher=ACCELERATE_LAUNCH, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((output / "run_summary.json").read_text())
 

@@ -132,6 +132,36 @@ def test_each_problem_is_named_with_its_evidence(tmp_path: Path, case: str) -> N
     assert words in findings[0].evidence + findings[0].advice
 
 
+def test_a_staged_run_is_judged_stage_by_stage(tmp_path: Path) -> None:
+    """A fast healthy GRPO stage, then a PPO stage at half its throughput whose KL drifts up."""
+    rng = random.Random(1)
+    grpo_rows = [
+        {**healthy_row(step, rng, "grpo"), "stage": 0, "samples_per_second": 200.0} for step in range(1, 101)
+    ]
+    ppo_rows = [
+        {
+            **healthy_row(step, rng, "ppo"),
+            "step": 100 + step,
+            "stage": 1,
+            "kl": 0.02 + 2.0 * (step / 100) ** 2,
+        }
+        for step in range(1, 101)
+    ]
+    run = tmp_path / "staged"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in grpo_rows + ppo_rows))
+    stages = [{"name": "grpo", "max_steps": 100}, {"name": "ppo", "max_steps": 100}]
+    (run / "recipe.yaml").write_text(yaml.safe_dump({"algorithm": "grpo", "stages": stages}))
+    for index, (stage, algorithm) in enumerate(zip(stages, ["grpo", "ppo"], strict=True)):
+        folder = run / "stages" / f"{index:02d}-{stage['name']}"
+        folder.mkdir(parents=True)
+        (folder / "recipe.yaml").write_text(yaml.safe_dump({"algorithm": algorithm}))
+    findings, rows = diagnose(run)
+    assert rows == 200
+    assert [f.name for f in findings] == ["stage 01-ppo: KL drifting up"]
+    assert "ppo.kl_coef" in findings[0].advice
+
+
 def test_doctor_command(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", "ppo", CASES["kl drifting"][1])
     result = run_entry(["doctor", str(run)], launcher=[LLM_RL], timeout=60)

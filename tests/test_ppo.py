@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_entry
+from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from datasets import Dataset
 from ppo_clip_probe import norm
 from safetensors.torch import load_file
@@ -497,7 +497,6 @@ def test_lora_policy_trains_with_the_adapter_off_as_reference(tmp_path: Path) ->
 # Two real processes (DDP over gloo on CPU)
 # --------------------------------------------------------------------------------------------------
 
-ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch"]
 CPU_DDP = str(REPO / "accelerate_configs" / "cpu_ddp_2proc.yaml")
 
 
@@ -508,7 +507,7 @@ def test_ppo_in_two_processes_writes_metrics_once(tmp_path: Path) -> None:
          "--set", "training.max_steps=2", "--set", "training.per_device_batch_size=16",
          "--set", f"run.output_dir={output}", "--set", "monitoring.wandb.mode=disabled",
          "--set", "checkpointing.every=2", "--set", "checkpointing.unit=steps"],
-        launcher=ACCELERATE,
+        launcher=ACCELERATE_LAUNCH,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_jsonl(output / "metrics.jsonl")
@@ -523,7 +522,7 @@ def test_ddp_gradients_are_clipped_on_every_rank(tmp_path: Path) -> None:
                  f"run.output_dir={output}", "monitoring.wandb.mode=disabled", "monitoring.progress=false"]  # fmt: skip
     result = run_entry(
         ["--config_file", CPU_DDP, str(REPO / "tests" / "ppo_clip_probe.py"), str(PPO_RECIPE), *overrides],
-        launcher=ACCELERATE,
+        launcher=ACCELERATE_LAUNCH,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):

@@ -180,6 +180,9 @@ def test_validate_rejects_a_bad_stage_with_exit_code_2(tmp_path: Path) -> None:
 def test_the_embedded_staged_recipe_validates() -> None:
     recipe = load_recipe(STAGED)
     assert [stage.name for stage in recipe.stages] == ["grpo-group4", "grpo-group8", "ppo"]
+    result = run_entry([LLM_RL, "validate", str(STAGED)], launcher=[])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "02 ppo" in result.stdout and "PPO   200 updates x 64 samples = 12800 samples" in result.stdout
 
 
 # ----------------------------------------------------------------------------------------------------
