@@ -54,18 +54,24 @@ GROUP = 4
 
 
 class StepTimer(TrainerCallback):
-    """Timestamps the end of every update."""
+    """Timestamps the end of every update, in wall time and in this process's CPU time."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.cpu_ends: list[float] = []
 
     def on_step_end(self, args, state, control, **kwargs):
         self.ends.append(time.perf_counter())
+        self.cpu_ends.append(time.process_time())
         return control
 
     def seconds_per_step(self) -> float:
         """Steady-state time per update: from the end of the first to the end of the last."""
         return (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1)
+
+    def cpu_seconds_per_step(self) -> float:
+        """CPU time per update over the same span, all threads: less moved by other load than wall time."""
+        return (self.cpu_ends[-1] - self.cpu_ends[0]) / (len(self.cpu_ends) - 1)
 
 
 def peak_memory_mb() -> float:
@@ -198,6 +204,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     samples_per_second = recipe.training.per_device_batch_size / seconds
     return {
         "seconds_per_step": seconds,
+        "cpu_seconds_per_step": timer.cpu_seconds_per_step(),
         "samples_per_second": samples_per_second,
         "tokens_per_second": samples_per_second * completion_length(output)
         if spec["side"].endswith("ours")
@@ -287,11 +294,16 @@ def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: st
         o["seconds_per_step"] / r["seconds_per_step"]
         for o, r in zip(results[ours], results[raw], strict=True)
     ]
+    paired_cpu = [
+        o["cpu_seconds_per_step"] / r["cpu_seconds_per_step"]
+        for o, r in zip(results[ours], results[raw], strict=True)
+    ]
     memory_ratio = median(results[ours], "peak_memory_mb") / median(results[raw], "peak_memory_mb")
     return [
         f"| {name} | {median(results[raw], 'seconds_per_step') * 1000:.1f} | "
         f"{median(results[ours], 'seconds_per_step') * 1000:.1f} | **{statistics.median(paired):.3f}** "
-        f"({min(paired):.2f}-{max(paired):.2f}) | {median(results[raw], 'peak_memory_mb'):.0f} | "
+        f"({min(paired):.2f}-{max(paired):.2f}) | **{statistics.median(paired_cpu):.3f}** "
+        f"({min(paired_cpu):.2f}-{max(paired_cpu):.2f}) | {median(results[raw], 'peak_memory_mb'):.0f} | "
         f"{median(results[ours], 'peak_memory_mb'):.0f} | **{memory_ratio:.3f}** |"
     ]
 
@@ -329,9 +341,9 @@ def main() -> int:
         "",
         "### Overhead over raw TRL (medians)",
         "",
-        "| | raw TRL ms/step | llm_rl ms/step | time ratio, median of pairs (range) | raw TRL peak MB "
-        "| llm_rl peak MB | memory ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| | raw TRL ms/step | llm_rl ms/step | wall-time ratio, median of pairs (range) "
+        "| CPU-time ratio (range) | raw TRL peak MB | llm_rl peak MB | memory ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("(a) GRPO: llm_rl against raw TRL")
     grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model)

@@ -29,4 +29,5 @@ def test_each_side_trains_and_reports(tmp_path: Path, side: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     numbers = json.loads(result.stdout.strip().splitlines()[-1])
     assert numbers["seconds_per_step"] > 0 and numbers["peak_memory_mb"] > 0
+    assert 0 < numbers["cpu_seconds_per_step"] < 50 * numbers["seconds_per_step"]
     assert (numbers["tokens_per_second"] is not None) == side.endswith("ours")
