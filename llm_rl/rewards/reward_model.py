@@ -179,7 +179,7 @@ class RewardModelScorer:
 @validate_call(config=STRICT)
 def reward_model_reward(
     path: str,
-    batch_size: Annotated[int, Field(gt=0)] = 8,
+    batch_size: Annotated[int, Field(gt=0)] = 32,
     device: str | None = None,
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
     max_length: Annotated[int, Field(gt=0)] | None = None,
