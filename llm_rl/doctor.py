@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from llm_rl.errors import DataError
-from llm_rl.recipe import STAGES_DIR
+from llm_rl.recipe import stage_folder
 from llm_rl.run import METRICS_FILE, RECIPE_FILE, read_rows
 
 # Fewer rows than this say nothing reliable about trends.
@@ -299,11 +299,11 @@ def split_stages(run: Run, folder: Path) -> list[tuple[str, Run]]:
         return [("", run)]
     parts = []
     for index, stage in enumerate(stages):
-        name = f"{index:02d}-{stage['name']}"
-        recipe_path = folder / STAGES_DIR / name / RECIPE_FILE
+        stage_dir = stage_folder(folder, index, stage["name"])
+        recipe_path = stage_dir / RECIPE_FILE
         recipe = yaml.safe_load(recipe_path.read_text()) if recipe_path.is_file() else run.recipe
         rows = [row for row in run.rows if row.get("stage") == index]
-        parts.append((f"stage {name}: ", Run(rows, recipe or {})))
+        parts.append((f"stage {stage_dir.name}: ", Run(rows, recipe or {})))
     return parts
 
 

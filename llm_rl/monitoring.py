@@ -115,13 +115,14 @@ class PrometheusSink:
     with the run's name, and `llm_rl_alerts_total{alert=...}` counting the alerts that fired."""
 
     def __init__(self, recipe: Recipe) -> None:
-        from prometheus_client import CollectorRegistry, Counter, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 
         section = recipe.monitoring.prometheus
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         self.labels = {"run": recipe.run_name}
         self.gauges: dict[str, Any] = {}
+        self._gauge_class = Gauge
         self.alerts = Counter(
             "llm_rl_alerts", "Alerts fired (monitoring.alerts)", ["run", "alert"], registry=self.registry
         )
@@ -141,10 +142,8 @@ class PrometheusSink:
 
     def gauge(self, key: str) -> Any:
         """The gauge of a metric key, made on first sight (reward functions and schedules add keys)."""
-        from prometheus_client import Gauge
-
         if key not in self.gauges:
-            self.gauges[key] = Gauge(
+            self.gauges[key] = self._gauge_class(
                 prometheus_name(key), f"{key} (metrics.jsonl)", ["run"], registry=self.registry
             )
         return self.gauges[key]

@@ -265,32 +265,35 @@ class ConstantSchedule(Section):
         return self.value
 
 
-class LinearSchedule(Section):
+class RampSchedule(Section):
     """From `start` to `end` over `samples` samples, beginning `begin` samples into the run."""
 
-    kind: Literal["linear"]
     start: float
     end: float
     samples: int = Field(gt=0)
     begin: int = Field(0, ge=0)
 
+    def progress(self, samples: int) -> float:
+        """How far along the ramp the run is at `samples`: 0 before it, 1 after it."""
+        return min(max(samples - self.begin, 0) / self.samples, 1.0)
+
+
+class LinearSchedule(RampSchedule):
+    """A straight line from `start` to `end`."""
+
+    kind: Literal["linear"]
+
     def value_at(self, samples: int) -> float:
-        progress = min(max(samples - self.begin, 0) / self.samples, 1.0)
-        return self.start + (self.end - self.start) * progress
+        return self.start + (self.end - self.start) * self.progress(samples)
 
 
-class CosineSchedule(Section):
-    """A half cosine from `start` to `end` over `samples` samples, beginning `begin` samples in."""
+class CosineSchedule(RampSchedule):
+    """A half cosine from `start` to `end` (slow at both ends)."""
 
     kind: Literal["cosine"]
-    start: float
-    end: float
-    samples: int = Field(gt=0)
-    begin: int = Field(0, ge=0)
 
     def value_at(self, samples: int) -> float:
-        progress = min(max(samples - self.begin, 0) / self.samples, 1.0)
-        return self.end + (self.start - self.end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.end + (self.start - self.end) * 0.5 * (1.0 + math.cos(math.pi * self.progress(samples)))
 
 
 class StepSchedule(Section):
@@ -794,6 +797,11 @@ STAGE_FIXED_DOTTED = {
 STAGES_DIR = "stages"
 
 
+def stage_folder(run_folder: Path, index: int, name: str) -> Path:
+    """Where stage `index` of a staged run trains: `RUN/stages/NN-name`."""
+    return run_folder / STAGES_DIR / f"{index:02d}-{name}"
+
+
 def stage_recipes(recipe: Recipe, run_folder: Path, where: str) -> list[Recipe]:
     """Every stage as a whole recipe (the recipe, its overrides, its budget, its folder), each validated."""
     names = [stage.name for stage in recipe.stages]
@@ -815,7 +823,7 @@ def stage_recipes(recipe: Recipe, run_folder: Path, where: str) -> list[Recipe]:
                 raise RecipeError(f"{label}.overrides.{dotted}: {reason}", where=where)
         raw = deep_merge(base, stage.overrides)
         raw["training"].update(max_steps=stage.max_steps, total_samples=stage.total_samples)
-        raw["run"]["output_dir"] = str(run_folder / STAGES_DIR / f"{index:02d}-{stage.name}")
+        raw["run"]["output_dir"] = str(stage_folder(run_folder, index, stage.name))
         raw["checkpointing"]["resume"] = "auto"
         recipes.append(validate_recipe(raw, f"{where}: {label}"))
     return recipes

@@ -137,13 +137,16 @@ def read_rows(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def reward_series(folder: Path) -> list[float]:
+    """`reward/mean` of every metric row that has one: what best_reward and final_reward are read from."""
+    return [row["reward/mean"] for row in read_rows(folder) if row.get("reward/mean") is not None]
+
+
 def make_summary(
     recipe: Recipe, status: str, trainer: Trainer | None, samples: int, started: float, resumed: Path | None
 ) -> dict[str, Any]:
     """The run summary (DESIGN.md, run_summary.json)."""
-    rewards = [
-        row["reward/mean"] for row in read_rows(recipe.output_dir) if row.get("reward/mean") is not None
-    ]
+    rewards = reward_series(recipe.output_dir)
     return {
         "status": status,
         "algorithm": recipe.algorithm,

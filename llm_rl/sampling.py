@@ -138,8 +138,9 @@ def sample_file(source: Path, prompts_file: Path, greedy: bool, max_new_tokens: 
             f"no {RECIPE_FILE} beside the policy: sample scores with the run's reward functions",
             where=str(source),
         )
-    data = recipe.data.model_copy(update={"source": str(prompts_file), "split": "train", "eval_split": None})
-    data = data.model_copy(update={"limit": None})
+    data = recipe.data.model_copy(
+        update={"source": str(prompts_file), "split": "train", "eval_split": None, "limit": None}
+    )
     rows = load_prompt_data(data, generator.tokenizer, recipe.run.seed).train
     adapter = RewardAdapter(build_reward_functions(recipe.rewards), rows, generator.tokenizer)
     generation = recipe.generation

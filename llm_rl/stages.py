@@ -32,6 +32,7 @@ from llm_rl.run import (
     checkpoint_step,
     is_main_process,
     read_rows,
+    reward_series,
     train,
     write_atomic,
 )
@@ -127,9 +128,7 @@ def staged_summary(
     recipe: Recipe, status: str, stages: list[Recipe], summaries: list[dict[str, Any]], started: float
 ) -> dict[str, Any]:
     """run_summary.json for the whole run (DESIGN.md), with one entry per stage that ran."""
-    rewards = [
-        row["reward/mean"] for row in read_rows(recipe.output_dir) if row.get("reward/mean") is not None
-    ]
+    rewards = reward_series(recipe.output_dir)
     resumed = [s["resumed_from"] for s in summaries if s.get("resumed_from")]
     return {
         "status": status,
