@@ -443,3 +443,19 @@ def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_pat
         ["sample", str(trained_run), "--prompts", str(tmp_path / "none.jsonl")], launcher=[LLM_RL]
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_a_prometheus_port_in_use_is_bad_input_naming_the_key(tmp_path: Path) -> None:
+    from llm_rl.errors import RecipeError
+    from llm_rl.monitoring import make_sinks
+    from llm_rl.recipe import load_recipe
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        recipe = load_recipe(None, [f"monitoring.prometheus.port={port}", "monitoring.wandb.mode=disabled"])
+        with pytest.raises(
+            RecipeError, match=f"monitoring.prometheus.port: cannot serve on 127.0.0.1:{port}"
+        ):
+            make_sinks(recipe, tmp_path)
