@@ -19,9 +19,16 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# `accelerate launch` on a free port: test files run side by side, and two launches on the default
-# port 29500 would collide.
-ACCELERATE_LAUNCH = [str(Path(sys.executable).parent / "accelerate"), "launch", "--main_process_port", "0"]
+# `accelerate launch` on a port of this test worker's own (gw0: 29500, gw1: 29600, ...): test files run
+# side by side, and two launches on one port collide, on the TCP port and on DeepSpeed's CPU
+# shared-memory buffers, which are named after MASTER_PORT.
+WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+ACCELERATE_LAUNCH = [
+    str(Path(sys.executable).parent / "accelerate"),
+    "launch",
+    "--main_process_port",
+    str(29500 + 100 * WORKER_INDEX),
+]
 
 
 def run_entry(
