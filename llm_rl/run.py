@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import torch
 import yaml
 from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
@@ -52,6 +53,18 @@ def algorithm_module(algorithm: str) -> ModuleType:
 def is_main_process() -> bool:
     """Rank 0 writes the run folder; other ranks only train."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def serial_tokenizers_on_cpu() -> None:
+    """Encode text on the calling thread when training runs on the CPU, unless TOKENIZERS_PARALLELISM
+    says otherwise.
+
+    There torch's threads already use every core, and the tokenizers library's own thread pool only
+    competes with them: the batches a training step encodes (reward-model texts, GRPO's prompts) are
+    small, and waking that pool cost about 1 ms an update on 2 cores (scripts/benchmark.py, PPO).
+    """
+    if not torch.accelerator.is_available():
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def build_components(recipe: Recipe) -> Components:
@@ -171,6 +184,7 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
 
         return train_stages(recipe)
     started = time.perf_counter()
+    serial_tokenizers_on_cpu()
     set_seed(recipe.run.seed)
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
