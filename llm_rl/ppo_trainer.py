@@ -445,12 +445,9 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
                 ("grad_norm", trainable(unwrapped.policy)),
                 ("value/grad_norm", trainable(unwrapped.value_model)),
             ]
-        norms = {}
-        for key, parameters in self._clip_groups:
-            norm = self.accelerator.clip_grad_norm_(parameters, limit)
-            if norm is not None:
-                norms[key] = torch.as_tensor(norm, dtype=torch.float32)
-        return norms
+        self.accelerator.unscale_gradients()
+        keys, groups = zip(*self._clip_groups, strict=True)
+        return dict(zip(keys, clip_each_group(list(groups), limit), strict=True))
 
     # ------------------------------------------------------------------------------------------------
     # Metrics
@@ -460,36 +457,49 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
     def update_metrics(
         self, batch: dict[str, Any], stats: dict[str, torch.Tensor], warming_up: bool
     ) -> dict[str, Any]:
-        """One update's metrics under TRL's PPO names (renamed to the unified ones by `llm_rl.ppo`)."""
-        gather = self.accelerator.gather_for_metrics
-        scores = gather(batch["scores"])
+        """One update's metrics under TRL's PPO names (renamed to the unified ones by `llm_rl.ppo`).
+
+        Each rank's scalars travel in one tensor and its per-sample scores in another: two collectives
+        an update, where TRL's loop gathers every metric on its own.
+        """
         mask = ~batch["padding_mask"]
-        metrics: dict[str, Any] = {
-            "objective/kl": gather(batch["kl"].sum(1).mean()).mean().item(),
-            "objective/entropy": gather(((-batch["logprobs"]) * mask.float()).sum(1).mean()).mean().item(),
-            "objective/non_score_reward": gather(batch["non_score_reward"].sum(1).mean()).mean().item(),
-            "objective/scores": scores.mean().item(),
-            "objective/scores_std": scores.std().item() if scores.numel() > 1 else 0.0,
-            "val/explained_variance": gather(
-                explained_variance(batch["values"], batch["returns"], ~batch["padding_mask_p1"])
-            )
-            .mean()
-            .item(),
-            "completions/mean_length": gather((batch["lengths"] + 1).float().mean()).mean().item(),
-            "val/num_eos_tokens": gather((batch["responses"] == self.processing_class.eos_token_id).sum())
-            .sum()
-            .item(),
-            "lr": self.lr_scheduler.get_last_lr()[0],
-            "critic_warmup": float(warming_up),
-            "episode": self.state.episode,
+        averaged = {
+            "objective/kl": batch["kl"].sum(1).mean(),
+            "objective/entropy": ((-batch["logprobs"]) * mask.float()).sum(1).mean(),
+            "objective/non_score_reward": batch["non_score_reward"].sum(1).mean(),
+            "val/explained_variance": explained_variance(
+                batch["values"], batch["returns"], ~batch["padding_mask_p1"]
+            ),
+            "completions/mean_length": (batch["lengths"] + 1).float().mean(),
+            **stats,
         }
+        skipped = self.reward_model.take_skipped()
+        summed = {
+            "val/num_eos_tokens": (batch["responses"] == self.processing_class.eos_token_id).sum(),
+            **{f"rewards/{name}/skipped": torch.tensor(float(count)) for name, count in skipped.items()},
+        }
+        device = self.accelerator.device
+        local = torch.stack(
+            [value.to(device, torch.float32) for value in [*averaged.values(), *summed.values()]]
+        )
+        ranks = self.accelerator.gather(local[None]).reshape(-1, len(local))
+        means = ranks[:, : len(averaged)].mean(0).tolist()
+        sums = ranks[:, len(averaged) :].sum(0).tolist()
+        metrics: dict[str, Any] = {
+            **dict(zip(averaged, means, strict=True)),
+            **dict(zip(summed, sums, strict=True)),
+        }
+        samples = self.accelerator.gather_for_metrics(
+            torch.cat([batch["scores"][:, None], batch["per_fn"]], 1)
+        )
+        scores = samples[:, 0]
+        metrics["objective/scores"] = scores.mean().item()
+        metrics["objective/scores_std"] = scores.std().item() if scores.numel() > 1 else 0.0
         metrics["objective/rlhf_reward"] = metrics["objective/non_score_reward"] + metrics["objective/scores"]
-        for key, value in stats.items():
-            metrics[key] = gather(value).mean().item()
-        metrics.update(reward_metrics(gather(batch["per_fn"]), self.reward_model.rewards.names))
-        for name, count in self.reward_model.take_skipped().items():
-            total = gather(torch.tensor([float(count)], device=self.accelerator.device)).sum().item()
-            metrics[f"rewards/{name}/skipped"] = total
+        metrics.update(reward_metrics(samples[:, 1:], self.reward_model.rewards.names))
+        metrics.update(
+            lr=self.lr_scheduler.get_last_lr()[0], critic_warmup=float(warming_up), episode=self.state.episode
+        )
         return metrics
 
     # ------------------------------------------------------------------------------------------------
@@ -550,6 +560,30 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
 def trainable(module: torch.nn.Module | PreTrainedModel) -> list[torch.nn.Parameter]:
     """The parameters of a module that the optimizer updates."""
     return [parameter for parameter in module.parameters() if parameter.requires_grad]
+
+
+@torch.no_grad()
+def clip_each_group(groups: list[list[torch.nn.Parameter]], limit: float) -> list[torch.Tensor]:
+    """Scale each group's gradients down to `limit` where their joint L2 norm exceeds it; returns each
+    group's norm before clipping.
+
+    `torch.nn.utils.clip_grad_norm_` does the same per call, but it also multiplies every gradient by
+    min(1, limit / norm) when that is 1, and sorts the tensors by device and dtype each time. Here one
+    `_foreach_norm` (what it uses inside) measures every tensor of every group, and only the groups that
+    clip are multiplied: on a small model these per-tensor passes cost more than the arithmetic.
+    """
+    grads = [[parameter.grad for parameter in group if parameter.grad is not None] for group in groups]
+    every = [grad for group in grads for grad in group]
+    tensor_norms = torch._foreach_norm(every) if every else []
+    norms, start = [], 0
+    for group in grads:
+        own = tensor_norms[start : start + len(group)]
+        start += len(group)
+        norm = torch.linalg.vector_norm(torch.stack(own).float()) if own else torch.tensor(0.0)
+        if norm > limit:
+            torch._foreach_mul_(group, limit / (norm.item() + 1e-6))
+        norms.append(norm)
+    return norms
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

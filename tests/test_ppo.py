@@ -20,6 +20,7 @@ from llm_rl.checkpoints import CheckpointManager
 from llm_rl.data import tokenize_prompts
 from llm_rl.early_stopping import MetricWindow
 from llm_rl.ppo_rewards import RewardAdapter
+from llm_rl.ppo_trainer import clip_each_group
 from llm_rl.recipe import RewardEntry, load_recipe
 from llm_rl.rewards import build_reward_functions
 from llm_rl.run import build_components
@@ -364,6 +365,63 @@ def test_gradients_are_clipped_before_every_step(tmp_path: Path, max_grad_norm: 
     else:
         for policy, critic in norms:
             assert policy <= max_grad_norm * 1.0001 and critic <= max_grad_norm * 1.0001
+
+
+def test_update_metrics_match_the_rollout_they_summarise(tmp_path: Path) -> None:
+    trainer, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "run"))
+    trainer.train()
+    batch = trainer.rollout(next(trainer.prompt_batches()))
+    stats = trainer.optimise(batch)
+    metrics = trainer.update_metrics(batch, stats, warming_up=False)
+    mask = ~batch["padding_mask"]
+    eos = trainer.processing_class.eos_token_id
+    expected = {
+        "objective/kl": batch["kl"].sum(1).mean(),
+        "objective/entropy": (-batch["logprobs"] * mask).sum(1).mean(),
+        "objective/scores": batch["scores"].mean(),
+        "objective/scores_std": batch["scores"].std(),
+        "completions/mean_length": (batch["lengths"] + 1).float().mean(),
+        "val/num_eos_tokens": (batch["responses"] == eos).sum(),
+        **stats,
+    }
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
+    for column, name in enumerate(trainer.reward_model.rewards.names):
+        assert metrics[f"rewards/{name}/mean"] == pytest.approx(batch["per_fn"][:, column].nanmean().item())
+    assert metrics["objective/rlhf_reward"] == pytest.approx(
+        metrics["objective/non_score_reward"] + metrics["objective/scores"]
+    )
+    assert metrics["critic_warmup"] == 0.0 and metrics["episode"] == trainer.state.episode
+
+
+def gradient_groups(scales: list[float]) -> list[list[torch.nn.Parameter]]:
+    """One group of three parameters per scale, with random gradients of about that size."""
+    generator = torch.Generator().manual_seed(0)
+    groups = []
+    for scale in scales:
+        group = [torch.nn.Parameter(torch.zeros(shape)) for shape in [(7, 5), (5,), (3, 4, 2)]]
+        for parameter in group:
+            parameter.grad = torch.randn(parameter.shape, generator=generator) * scale
+        groups.append(group)
+    return groups
+
+
+def test_clip_each_group_matches_torch_and_leaves_small_gradients_alone() -> None:
+    limit = 1.0
+    ours, reference = gradient_groups([10.0, 0.01]), gradient_groups([10.0, 0.01])
+    untouched = [parameter.grad.clone() for parameter in ours[1]]
+    norms = clip_each_group(ours, limit)
+    expected = [torch.nn.utils.clip_grad_norm_(group, limit) for group in reference]
+    assert norms[0] > limit > norms[1], "one group must clip and one must not"
+    for measured, want in zip(norms, expected, strict=True):
+        assert torch.allclose(measured, want)
+    for group, want in zip(ours, reference, strict=True):
+        for parameter, reference_parameter in zip(group, want, strict=True):
+            assert torch.allclose(parameter.grad, reference_parameter.grad, atol=1e-7)
+    assert all(torch.equal(p.grad, g) for p, g in zip(ours[1], untouched, strict=True)), (
+        "no multiply below the limit"
+    )
+    assert clip_each_group([[torch.nn.Parameter(torch.ones(2))]], limit)[0] == 0, "no gradient, norm 0"
 
 
 def test_checkpointed_value_model_reloads_to_the_same_weights(tmp_path: Path) -> None:
