@@ -1,17 +1,22 @@
-"""scripts/benchmark.py: the hand-built raw TRL sides still build and train, and the fit is right."""
+"""scripts/benchmark.py: the hand-built raw TRL sides still build and train, and the fit is right; and the
+settings our training loop takes for speed."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, run_entry
 
 sys.path.insert(0, str(REPO / "scripts"))
 
 from benchmark import build_reward_model, fitted_exponent  # noqa: E402
+
+from llm_rl.run import serial_tokenizers_on_cpu  # noqa: E402
 
 
 def test_fitted_exponent_recovers_a_power_law() -> None:
@@ -31,3 +36,16 @@ def test_each_side_trains_and_reports(tmp_path: Path, side: str) -> None:
     assert numbers["seconds_per_step"] > 0 and numbers["peak_memory_mb"] > 0
     assert 0 < numbers["cpu_seconds_per_step"] < 50 * numbers["seconds_per_step"]
     assert (numbers["tokens_per_second"] is not None) == side.endswith("ours")
+
+
+@pytest.mark.parametrize("preset", [None, "true"])
+def test_training_on_cpu_tokenizes_serially_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch, preset: str | None
+) -> None:
+    if torch.accelerator.is_available():
+        pytest.skip("only a CPU-only host turns the tokenizers thread pool off")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", preset or "")  # restored after the test, set or not
+    if preset is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM")
+    serial_tokenizers_on_cpu()
+    assert os.environ["TOKENIZERS_PARALLELISM"] == (preset or "false")
