@@ -2,15 +2,17 @@
 
     python scripts/benchmark.py [--quick] [--repeats 5] [--steps 12] [--output runs/benchmark] [--write-docs]
 
-Every measurement is one training run in its own process, so that its peak memory is its own. The two
-sides of a comparison alternate, A B A B ..., over the repeats in one invocation: drift in the machine's
-speed reaches both sides alike. The script reports medians and ratios of medians.
+Every measurement is one training run in its own process, so that its peak memory is its own. The
+sides of a comparison alternate over the repeats in one invocation, the order reversed every other
+repeat (A B, B A, A B ...): drift in the machine's speed, and the place in the order, reach all sides
+alike. The script reports medians, and the median of the ratios of each repeat's pair.
 
 - (a) GRPO: `llm_rl.run.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
   the same `GRPOConfig` (from `llm_rl.grpo.trl_config`), model, prompts and reward functions written
   as plain Python.
 - (b) PPO: our PPO loop with a `reward_model` reward against TRL's `PPOTrainer` built by hand with the
-  same reward model, critic, reference model and `PPOConfig`.
+  same reward model, critic, reference model and `PPOConfig`. One more run of ours, with timers on the
+  parts TRL's loop lacks (clipping, the reward step, metrics and callbacks), says where the gap goes.
 - (c) GRPO against PPO at the same samples per update: samples/s, generated tokens/s, peak memory.
 - (d) GRPO scaling: completion lengths and batch sizes, time per sample and peak memory, with the
   growth exponent fitted on a log-log scale (time per sample ~ length^k).
@@ -74,6 +76,57 @@ class StepTimer(TrainerCallback):
         return (self.cpu_ends[-1] - self.cpu_ends[0]) / (len(self.cpu_ends) - 1)
 
 
+class PhaseClock(TrainerCallback):
+    """Wall time spent in named parts of our PPO update, per update: where its cost over TRL's goes.
+
+    `wrap` puts a timer around a method; every `on_step_end` closes an update. `medians` gives each
+    part's median time over the updates after the first (which includes warm-up).
+    """
+
+    def __init__(self) -> None:
+        self.running: dict[str, float] = {}
+        self.updates: list[dict[str, float]] = []
+
+    def wrap(self, owner: Any, name: str, part: str) -> None:
+        method = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.running[part] = self.running.get(part, 0.0) + time.perf_counter() - started
+
+        setattr(owner, name, timed)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.updates.append(self.running)
+        self.running = {}
+        return control
+
+    def medians(self) -> dict[str, float]:
+        parts = {part for update in self.updates for part in update}
+        return {part: statistics.median(u.get(part, 0.0) for u in self.updates[1:]) for part in sorted(parts)}
+
+
+def ppo_phase_clock() -> PhaseClock:
+    """A clock on the parts of our PPO loop that TRL's loop does not have, or does differently."""
+    from transformers.trainer_callback import CallbackHandler
+
+    from llm_rl.ppo_rewards import RewardAdapter
+    from llm_rl.ppo_trainer import UnifiedPPOTrainer
+    from llm_rl.rewards.reward_model import RewardModelScorer
+
+    clock = PhaseClock()
+    clock.wrap(UnifiedPPOTrainer, "clip_gradients", "gradient clipping, policy and critic")
+    clock.wrap(RewardAdapter, "forward", "reward step")
+    clock.wrap(RewardModelScorer, "score", "reward model")
+    clock.wrap(RewardModelScorer, "encode", "reward model tokenization")
+    clock.wrap(UnifiedPPOTrainer, "update_metrics", "metrics and callbacks")
+    clock.wrap(CallbackHandler, "call_event", "metrics and callbacks")
+    return clock
+
+
 def peak_memory_mb() -> float:
     import torch
 
@@ -97,14 +150,16 @@ def recipe_for(algorithm: str, output: Path, steps: int, extra: list[str]):
     )  # fmt: skip
 
 
-def run_ours(recipe) -> StepTimer:
-    """`llm_rl.run.train`, with a step timer added to the trainer it builds."""
+def run_ours(recipe, *extra_callbacks: TrainerCallback) -> StepTimer:
+    """`llm_rl.run.train`, with a step timer (and any other callbacks) added to the trainer it builds."""
     from llm_rl import run
 
     timer = StepTimer()
     module = run.algorithm_module(recipe.algorithm)
     build = module.build_trainer
-    module.build_trainer = lambda components, callbacks: build(components, [*callbacks, timer])
+    module.build_trainer = lambda components, callbacks: build(
+        components, [*callbacks, timer, *extra_callbacks]
+    )
     run.train(recipe)
     return timer
 
@@ -198,11 +253,15 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         timer = run_raw_grpo(recipe)
     elif spec["side"] in ("ppo-trl", "ppo-trl-nogc"):
         timer = run_raw_ppo(recipe, Path(spec["reward_model"]), collect_garbage=spec["side"] == "ppo-trl")
+    elif spec.get("clock"):
+        clock = ppo_phase_clock()
+        timer = run_ours(recipe, clock)
     else:
         timer = run_ours(recipe)
     seconds = timer.seconds_per_step()
     samples_per_second = recipe.training.per_device_batch_size / seconds
     return {
+        **({"parts": clock.medians()} if spec.get("clock") else {}),
         "seconds_per_step": seconds,
         "cpu_seconds_per_step": timer.cpu_seconds_per_step(),
         "samples_per_second": samples_per_second,
@@ -226,15 +285,16 @@ def completion_length(run: Path) -> float:
 
 
 def measure(
-    side: str, output: Path, steps: int, reward_model: Path, overrides: list[str] = ()
+    side: str, output: Path, steps: int, reward_model: Path, overrides: list[str] = (), clock: bool = False
 ) -> dict[str, Any]:
-    """One measurement in a fresh process."""
+    """One measurement in a fresh process; `clock` also times the parts of our PPO update."""
     spec = {
         "side": side,
         "output": str(output),
         "steps": steps,
         "reward_model": str(reward_model),
         "overrides": list(overrides),
+        "clock": clock,
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_EXPERIMENTAL_SILENCE": "1"}
     result = subprocess.run(
@@ -252,10 +312,14 @@ def measure(
 def alternate(
     sides: list[str], repeats: int, root: Path, steps: int, reward_model: Path
 ) -> dict[str, list[dict]]:
-    """Every side once per repeat, in turn, A B A B ..."""
+    """Every side once per repeat, the order reversed every other repeat: A B C, C B A, A B C ...
+
+    Drift in the machine's speed reaches every side alike, and so does the place in the order (the run
+    just after a heavy one finds the machine in another state than the run after a light one).
+    """
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for repeat in range(repeats):
-        for side in sides:
+        for side in sides if repeat % 2 == 0 else sides[::-1]:
             results[side].append(measure(side, root / f"{side}-{repeat}", steps, reward_model))
             print(
                 f"  {side} #{repeat + 1}: {results[side][-1]['seconds_per_step'] * 1000:.1f} ms/step",
@@ -308,6 +372,35 @@ def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: st
     ]
 
 
+def attribution_table(clocked: dict[str, Any], ppo: dict[str, list[dict]]) -> list[str]:
+    """Our PPO update's parts that TRL's loop lacks, in ms (medians over the updates of one timed run),
+    against the measured gap between the two sides' median update times."""
+    parts = clocked["parts"]
+    reward_forward = parts["reward model"] - parts["reward model tokenization"]
+    rows = {
+        "gradient clipping, policy and critic (TRL's PPO does not clip)": parts[
+            "gradient clipping, policy and critic"
+        ],
+        "reward step beside the reward model's forward (decode, dataset columns, tokenize, checks)": parts[
+            "reward step"
+        ]
+        - reward_forward,
+        "of which tokenizing for the reward model": parts["reward model tokenization"],
+        "metrics and callbacks (TRL's loop has its own, not subtracted)": parts["metrics and callbacks"],
+    }
+    gap = median(ppo["ppo-ours"], "seconds_per_step") - median(ppo["ppo-trl-nogc"], "seconds_per_step")
+    update = clocked["seconds_per_step"]
+    return [
+        "",
+        "### Where our PPO update's extra time goes (one more llm_rl run, with timers)",
+        "",
+        "| part | ms per update | share of the update |",
+        "| --- | --- | --- |",
+        *(f"| {name} | {seconds * 1000:.2f} | {seconds / update:.1%} |" for name, seconds in rows.items()),
+        f"| *measured gap: llm_rl minus TRL without gc, medians above* | *{gap * 1000:.2f}* | *{gap / update:.1%}* |",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -319,7 +412,7 @@ def main() -> int:
         "--steps",
         type=int,
         default=None,
-        help="GRPO updates per run (default 160, quick 80); PPO runs a quarter",
+        help="GRPO updates per run (default 160, quick 80); PPO runs half as many",
     )
     parser.add_argument("--output", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--write-docs", action="store_true", help="write the tables into docs/benchmarks.md")
@@ -330,13 +423,15 @@ def main() -> int:
 
     repeats = args.repeats or (5 if args.quick else 9)
     steps = args.steps or (80 if args.quick else 160)
+    # Half GRPO's updates: raw TRL's PPO side spends 0.4 s an update in gc.collect() here.
+    ppo_steps = max(4, steps // 2)
     root = args.output or Path(tempfile.mkdtemp(prefix="llm_rl_benchmark_"))
     started = time.perf_counter()
     reward_model = build_reward_model(root / "reward_model")
     lines = [
         f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} CPU cores, "
         f"python {platform.python_version()}: `python scripts/benchmark.py{' --quick' if args.quick else ''}` "
-        f"({repeats} alternating runs per side of {steps} GRPO or {max(4, steps // 4)} PPO updates, "
+        f"({repeats} alternating runs per side of {steps} GRPO or {ppo_steps} PPO updates, "
         f"{BATCH} samples an update).",
         "",
         "### Overhead over raw TRL (medians)",
@@ -348,10 +443,13 @@ def main() -> int:
     print("(a) GRPO: llm_rl against raw TRL")
     grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model)
     print("(b) PPO: llm_rl against raw TRL")
-    ppo = alternate(["ppo-trl", "ppo-trl-nogc", "ppo-ours"], repeats, root, max(4, steps // 4), reward_model)
+    ppo = alternate(["ppo-trl", "ppo-trl-nogc", "ppo-ours"], repeats, root, ppo_steps, reward_model)
     lines += overhead_table("GRPO", grpo, "grpo-ours", "grpo-trl")
     lines += overhead_table("PPO", ppo, "ppo-ours", "ppo-trl")
     lines += overhead_table("PPO, TRL without its gc.collect() calls", ppo, "ppo-ours", "ppo-trl-nogc")
+    print("(b') PPO: where our update's time goes (one more run, with timers)")
+    clocked = measure("ppo-ours", root / "ppo-ours-clocked", ppo_steps, reward_model, clock=True)
+    lines += attribution_table(clocked, ppo)
 
     samples_ratio = median(grpo["grpo-ours"], "samples_per_second") / median(
         ppo["ppo-ours"], "samples_per_second"

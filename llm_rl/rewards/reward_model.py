@@ -142,10 +142,9 @@ class RewardModelScorer:
             return self.tokenizer.apply_chat_template(messages, tokenize=False)
         return "\n".join(message_text(m) for m in messages)
 
-    @torch.inference_mode()
-    def score(self, texts: list[str], add_special_tokens: bool) -> list[float]:
-        """The model's logits[:, 0] for a batch of texts, right-padded (positions match unpadded runs)."""
-        batch = self.tokenizer(
+    def encode(self, texts: list[str], add_special_tokens: bool) -> Any:
+        """A batch of texts as the model reads them: right-padded, so positions match unpadded runs."""
+        return self.tokenizer(
             texts,
             return_tensors="pt",
             padding=True,
@@ -154,7 +153,11 @@ class RewardModelScorer:
             max_length=self.max_length,
             add_special_tokens=add_special_tokens,
         ).to(self.model.device)
-        return self.model(**batch).logits[:, 0].float().tolist()
+
+    @torch.inference_mode()
+    def score(self, texts: list[str], add_special_tokens: bool) -> list[float]:
+        """The model's logits[:, 0] for a batch of texts."""
+        return self.model(**self.encode(texts, add_special_tokens)).logits[:, 0].float().tolist()
 
     def adjust(self, score: float) -> float:
         """Normalize, then clip, one raw score as the recipe asks."""
