@@ -180,16 +180,17 @@ def run_raw_grpo(recipe) -> StepTimer:
     from trl import GRPOTrainer
 
     from llm_rl.grpo import trl_config
-    from llm_rl.models import resolve_model_path
+    from llm_rl.models import model_dtype, resolve_model_path
     from llm_rl.tasks import build_arithmetic
 
     set_seed(0)
     path = resolve_model_path(recipe.model.policy)
+    dtype = model_dtype(recipe.model.dtype, recipe.training.precision)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     dataset = build_arithmetic(recipe.data, recipe.run.seed)["train"]
     timer = StepTimer()
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(path),
+        model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
         reward_funcs=[exact_sum, bare_number],
         args=trl_config(recipe),
         train_dataset=dataset,
@@ -212,26 +213,30 @@ def run_raw_ppo(recipe, reward_model: Path, collect_garbage: bool = True) -> Ste
         gc.collect = lambda generation=2: 0
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
-    from llm_rl.models import resolve_model_path
+    from llm_rl.models import model_dtype, resolve_model_path
     from llm_rl.ppo import trl_config
     from llm_rl.tasks import build_arithmetic
     from llm_rl.trl_ppo import PPOTrainer
 
     set_seed(0)
     path = resolve_model_path(recipe.model.policy)
+    dtype = model_dtype(recipe.model.dtype, recipe.training.precision)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     prompts = build_arithmetic(recipe.data, recipe.run.seed)["train"]
     dataset = prompts.map(
         lambda row: {"input_ids": tokenizer(row["prompt"])["input_ids"]}, remove_columns=prompts.column_names
     )
-    critic = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    critic = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype)
     timer = StepTimer()
     trainer = PPOTrainer(
         args=trl_config(recipe),
         processing_class=tokenizer,
-        model=AutoModelForCausalLM.from_pretrained(path),
-        ref_model=AutoModelForCausalLM.from_pretrained(path),
-        reward_model=AutoModelForSequenceClassification.from_pretrained(reward_model, num_labels=1),
+        model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
+        ref_model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
+        # As our `reward_model` reward loads it (its `dtype: auto`): in the checkpoint's own dtype.
+        reward_model=AutoModelForSequenceClassification.from_pretrained(
+            reward_model, num_labels=1, dtype="auto"
+        ),
         value_model=critic,
         train_dataset=dataset,
         eval_dataset=dataset,
@@ -310,7 +315,7 @@ def measure(
 
 
 def alternate(
-    sides: list[str], repeats: int, root: Path, steps: int, reward_model: Path
+    sides: list[str], repeats: int, root: Path, steps: int, reward_model: Path, overrides: list[str] = ()
 ) -> dict[str, list[dict]]:
     """Every side once per repeat, the order reversed every other repeat: A B C, C B A, A B C ...
 
@@ -320,7 +325,7 @@ def alternate(
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for repeat in range(repeats):
         for side in sides if repeat % 2 == 0 else sides[::-1]:
-            results[side].append(measure(side, root / f"{side}-{repeat}", steps, reward_model))
+            results[side].append(measure(side, root / f"{side}-{repeat}", steps, reward_model, overrides))
             print(
                 f"  {side} #{repeat + 1}: {results[side][-1]['seconds_per_step'] * 1000:.1f} ms/step",
                 flush=True,
@@ -332,13 +337,14 @@ def median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
-def build_reward_model(folder: Path) -> Path:
-    """A sequence classifier on the embedded model's body, saved with its tokenizer (both sides read it)."""
+def build_reward_model(folder: Path, body: str = "builtin:tiny-arithmetic") -> Path:
+    """A sequence classifier on a model's body (the embedded one by default), saved with its tokenizer
+    (both sides read it)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from llm_rl.models import resolve_model_path
 
-    path = resolve_model_path("builtin:tiny-arithmetic")
+    path = resolve_model_path(body)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(path).save_pretrained(folder)
@@ -350,6 +356,13 @@ def fitted_exponent(xs: list[float], ys: list[float]) -> float:
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = statistics.mean(lx), statistics.mean(ly)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
+
+
+OVERHEAD_HEADER = [
+    "| | raw TRL ms/step | llm_rl ms/step | wall-time ratio, median of pairs (range) "
+    "| CPU-time ratio (range) | raw TRL peak MB | llm_rl peak MB | memory ratio |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
+]
 
 
 def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: str) -> list[str]:
@@ -436,9 +449,7 @@ def main() -> int:
         "",
         "### Overhead over raw TRL (medians)",
         "",
-        "| | raw TRL ms/step | llm_rl ms/step | wall-time ratio, median of pairs (range) "
-        "| CPU-time ratio (range) | raw TRL peak MB | llm_rl peak MB | memory ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *OVERHEAD_HEADER,
     ]
     print("(a) GRPO: llm_rl against raw TRL")
     grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model)

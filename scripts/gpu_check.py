@@ -10,6 +10,12 @@ its first pad token, which the random model samples now and then (the table show
 samples/s and generated tokens/s (the first update left out: it includes CUDA's warm-up) and the peak
 GPU memory. About 2-4 minutes on one recent GPU. `--allow-cpu` runs the same thing in fp32 on a CPU,
 which is only useful to check the script itself.
+
+`--overhead` also measures what our layer costs over TRL alone at this scale, as `scripts/benchmark.py`
+does on the embedded model: our GRPO against TRL's `GRPOTrainer` built by hand, and our PPO (with a
+`reward_model` reward on the same body) against TRL's `PPOTrainer` built by hand (its `gc.collect()`
+calls made no-ops), `--repeats` alternating runs per side, wall-time and memory ratios. Four more runs a
+repeat.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
+from benchmark import OVERHEAD_HEADER, alternate, build_reward_model, overhead_table  # noqa: E402
 from learning_curve import run_seed  # noqa: E402
 
 from llm_rl.run import read_rows  # noqa: E402
@@ -45,15 +52,21 @@ def build_model(layers: int, hidden: int) -> Path:
     return tiny_model_path(settings)
 
 
-def run_overrides(model: Path, steps: int, new_tokens: int, on_gpu: bool) -> list[str]:
-    """The embedded recipe at a GPU's scale: 64 samples an update, long completions, no checkpoints."""
+def run_overrides(
+    model: Path, steps: int, new_tokens: int, on_gpu: bool, hold_length: bool = True
+) -> list[str]:
+    """The embedded recipe at a GPU's scale: 64 samples an update, long completions, no checkpoints.
+
+    `hold_length` holds EOS back for `new_tokens`; the overhead comparison leaves it out, as TRL's own
+    PPO loop samples with its fixed settings and would not hold it back.
+    """
     precision = ["training.precision=bf16", "model.dtype=bfloat16"] if on_gpu else ["training.precision=fp32"]
     return [
         f"model.policy={model}",
         f"training.max_steps={steps}",
         "training.per_device_batch_size=64",
         f"generation.max_new_tokens={new_tokens}",
-        f"generation.min_new_tokens={new_tokens}",
+        *([f"generation.min_new_tokens={new_tokens}"] if hold_length else []),
         "checkpointing.every=1000000000",
         "ppo.critic_warmup_steps=0",
         *precision,
@@ -84,6 +97,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=128, help="completion length")
     parser.add_argument("--output", type=Path, default=REPO / "runs" / "gpu_check")
     parser.add_argument("--allow-cpu", action="store_true", help="run without a GPU (checks the script only)")
+    parser.add_argument("--overhead", action="store_true", help="also measure our cost over TRL alone")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per side with --overhead")
     args = parser.parse_args()
 
     on_gpu = torch.cuda.is_available()
@@ -108,7 +123,24 @@ def main() -> int:
     print(f"{'':<20}" + "".join(f"{a:>12}" for a in ALGORITHMS))
     for name in names:
         print(f"{name:<20}" + "".join(f"{results[a][name]:>12.1f}" for a in ALGORITHMS))
+    if args.overhead:
+        overrides = run_overrides(model, args.steps, args.new_tokens, on_gpu, hold_length=False)
+        print_overhead(args.output / "overhead", model, args.steps, args.repeats, overrides)
     return 0
+
+
+def print_overhead(root: Path, model: Path, steps: int, repeats: int, overrides: list[str]) -> None:
+    """Our GRPO and PPO against TRL's trainers built by hand, on this model: the benchmark's table."""
+    reward_model = build_reward_model(root / "reward_model", body=str(model))
+    grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model, overrides)
+    ppo = alternate(["ppo-trl-nogc", "ppo-ours"], repeats, root, steps, reward_model, overrides)
+    print()
+    for line in [
+        *OVERHEAD_HEADER,
+        *overhead_table("GRPO", grpo, "grpo-ours", "grpo-trl"),
+        *overhead_table("PPO, TRL without its gc.collect() calls", ppo, "ppo-ours", "ppo-trl-nogc"),
+    ]:
+        print(line)
 
 
 if __name__ == "__main__":
