@@ -570,7 +570,8 @@ def clip_each_group(groups: list[list[torch.nn.Parameter]], limit: float) -> lis
     `torch.nn.utils.clip_grad_norm_` does the same per call, but it also multiplies every gradient by
     min(1, limit / norm) when that is 1, and sorts the tensors by device and dtype each time. Here one
     `_foreach_norm` (what it uses inside) measures every tensor of every group, and only the groups that
-    clip are multiplied: on a small model these per-tensor passes cost more than the arithmetic.
+    clip are multiplied: on a small model these per-tensor passes cost more than the arithmetic. Deciding
+    reads each norm on the host, one wait for the device an optimizer step, small beside a step's work.
     """
     grads = [[parameter.grad for parameter in group if parameter.grad is not None] for group in groups]
     every = [grad for group in grads for grad in group]
