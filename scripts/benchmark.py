@@ -16,6 +16,8 @@ alike. The script reports medians, and the median of the ratios of each repeat's
 - (c) GRPO against PPO at the same samples per update: samples/s, generated tokens/s, peak memory.
 - (d) GRPO scaling: completion lengths and batch sizes, time per sample and peak memory, with the
   growth exponent fitted on a log-log scale (time per sample ~ length^k).
+- (e) checkpoint saves: one every 4 updates on both sides of (a) and (b), the time of each save, and
+  what the difference costs at the default cadence of a checkpoint every 100K samples.
 
 Time per step is measured between the end of the first update and the end of the last (the first
 includes warm-up). Peak memory is the process's peak resident set (CPU) or peak allocated CUDA memory.
@@ -56,15 +58,21 @@ GROUP = 4
 
 
 class StepTimer(TrainerCallback):
-    """Timestamps the end of every update, in wall time and in this process's CPU time."""
+    """Timestamps the end of every update, in wall time and in this process's CPU time, and times every
+    checkpoint save (from the end of its update to the end of the last `on_save` before this one's)."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
         self.cpu_ends: list[float] = []
+        self.saves: list[float] = []
 
     def on_step_end(self, args, state, control, **kwargs):
         self.ends.append(time.perf_counter())
         self.cpu_ends.append(time.process_time())
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saves.append(time.perf_counter() - self.ends[-1])
         return control
 
     def seconds_per_step(self) -> float:
@@ -274,6 +282,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         if spec["side"].endswith("ours")
         else None,
         "peak_memory_mb": peak_memory_mb(),
+        "save_seconds": statistics.median(timer.saves) if timer.saves else None,
     }
 
 
@@ -387,7 +396,7 @@ def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: st
 
 def attribution_table(clocked: dict[str, Any], ppo: dict[str, list[dict]]) -> list[str]:
     """Our PPO update's parts that TRL's loop lacks, in ms (medians over the updates of one timed run),
-    against the measured gap between the two sides' median update times."""
+    against the measured gap: the median over the repeats of our update time minus TRL's."""
     parts = clocked["parts"]
     reward_forward = parts["reward model"] - parts["reward model tokenization"]
     rows = {
@@ -401,7 +410,10 @@ def attribution_table(clocked: dict[str, Any], ppo: dict[str, list[dict]]) -> li
         "of which tokenizing for the reward model": parts["reward model tokenization"],
         "metrics and callbacks (TRL's loop has its own, not subtracted)": parts["metrics and callbacks"],
     }
-    gap = median(ppo["ppo-ours"], "seconds_per_step") - median(ppo["ppo-trl-nogc"], "seconds_per_step")
+    gap = statistics.median(
+        ours["seconds_per_step"] - raw["seconds_per_step"]
+        for ours, raw in zip(ppo["ppo-ours"], ppo["ppo-trl-nogc"], strict=True)
+    )
     update = clocked["seconds_per_step"]
     return [
         "",
@@ -410,7 +422,51 @@ def attribution_table(clocked: dict[str, Any], ppo: dict[str, list[dict]]) -> li
         "| part | ms per update | share of the update |",
         "| --- | --- | --- |",
         *(f"| {name} | {seconds * 1000:.2f} | {seconds / update:.1%} |" for name, seconds in rows.items()),
-        f"| *measured gap: llm_rl minus TRL without gc, medians above* | *{gap * 1000:.2f}* | *{gap / update:.1%}* |",
+        f"| *measured gap: llm_rl minus TRL without gc, median of the pairs above* | *{gap * 1000:.2f}* "
+        f"| *{gap / update:.1%}* |",
+    ]
+
+
+# Checkpoint timing: 8 updates, a checkpoint every 4 (the second one at the run's last update).
+CHECKPOINT_RUN = {
+    "steps": 8,
+    "repeats": 2,
+    "overrides": ["checkpointing.every=4", "checkpointing.unit=steps"],
+}
+DEFAULT_CHECKPOINT_SAMPLES = 100_000
+
+
+def checkpoint_table(
+    root: Path, reward_model: Path, grpo: dict[str, list[dict]], ppo: dict[str, list[dict]]
+) -> list[str]:
+    """(e) One checkpoint save on each side, and what it costs at the default cadence (every 100K samples)."""
+    print("(e) checkpoint saves: llm_rl against raw TRL")
+    rows = []
+    for name, sides, throughput in (
+        ("GRPO", ["grpo-trl", "grpo-ours"], grpo["grpo-ours"]),
+        ("PPO", ["ppo-trl-nogc", "ppo-ours"], ppo["ppo-ours"]),
+    ):
+        runs = alternate(
+            sides,
+            CHECKPOINT_RUN["repeats"],
+            root,
+            CHECKPOINT_RUN["steps"],
+            reward_model,
+            CHECKPOINT_RUN["overrides"],
+        )
+        raw, ours = (median(runs[side], "save_seconds") for side in sides)
+        between = DEFAULT_CHECKPOINT_SAMPLES / median(throughput, "samples_per_second")
+        rows.append(
+            f"| {name} | {raw * 1000:.0f} | {ours * 1000:.0f} | **{ours / raw:.2f}** | {(ours - raw) / between:.3%} |"
+        )
+    return [
+        "",
+        f"### Checkpoint saves (medians, {CHECKPOINT_RUN['repeats']} alternating runs per side of "
+        f"{CHECKPOINT_RUN['steps']} updates, a checkpoint every 4)",
+        "",
+        "| | raw TRL ms per save | llm_rl ms per save | ratio | extra time at a checkpoint every 100K samples |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
     ]
 
 
@@ -480,6 +536,7 @@ def main() -> int:
         f"| peak memory (MB) | {median(grpo['grpo-ours'], 'peak_memory_mb'):.0f} | "
         f"{median(ppo['ppo-ours'], 'peak_memory_mb'):.0f} | {memory_ratio:.2f} |",
     ]
+    lines += checkpoint_table(root / "checkpoints", reward_model, grpo, ppo)
     lines += scaling(args.quick, root, steps, reward_model, plot=args.write_docs)
     lines += ["", f"Total: {time.perf_counter() - started:.0f} s."]
     report = "\n".join(lines)

@@ -30,13 +30,14 @@ def test_fitted_exponent_recovers_a_power_law() -> None:
 def test_each_side_trains_and_reports(tmp_path: Path, side: str) -> None:
     reward_model = build_reward_model(tmp_path / "reward_model")
     spec = {"side": side, "output": str(tmp_path / "run"), "steps": 3, "reward_model": str(reward_model),
-            "clock": side == "ppo-ours"}  # fmt: skip
+            "clock": side == "ppo-ours", "overrides": ["checkpointing.every=2", "checkpointing.unit=steps"]}  # fmt: skip
     result = run_entry(["scripts/benchmark.py", "--worker", json.dumps(spec)], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     numbers = json.loads(result.stdout.strip().splitlines()[-1])
     assert numbers["seconds_per_step"] > 0 and numbers["peak_memory_mb"] > 0
     assert 0 < numbers["cpu_seconds_per_step"] < 50 * numbers["seconds_per_step"]
     assert (numbers["tokens_per_second"] is not None) == side.endswith("ours")
+    assert 0 < numbers["save_seconds"] < 60, "the save after update 2 is timed on every code path"
     if side == "ppo-ours":
         parts = numbers["parts"]
         assert set(parts) == {"gradient clipping, policy and critic", "reward step", "reward model",
