@@ -77,7 +77,7 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         advantages are whitened, `sampling` (top_p, top_k) and the held-out reward evaluator."""
         self.held_out = held_out
         self._unwrapped: tuple[Any, Any] | None = None
-        self._clip_groups: list[tuple[str, list[torch.nn.Parameter]]] | None = None
+        self._clip_groups: dict[str, list[torch.nn.Parameter]] | None = None
         self.critic_learning_rate = critic_learning_rate
         self.critic_warmup_steps = critic_warmup_steps
         self.entropy_coef = entropy_coef
@@ -441,13 +441,13 @@ class UnifiedPPOTrainer(StagedCheckpoints, PPOTrainer):
         limit = self.args.max_grad_norm or math.inf
         if self._clip_groups is None:
             unwrapped = self.unwrapped_model()
-            self._clip_groups = [
-                ("grad_norm", trainable(unwrapped.policy)),
-                ("value/grad_norm", trainable(unwrapped.value_model)),
-            ]
+            self._clip_groups = {
+                "grad_norm": trainable(unwrapped.policy),
+                "value/grad_norm": trainable(unwrapped.value_model),
+            }
         self.accelerator.unscale_gradients()
-        keys, groups = zip(*self._clip_groups, strict=True)
-        return dict(zip(keys, clip_each_group(list(groups), limit), strict=True))
+        norms = clip_each_group(list(self._clip_groups.values()), limit)
+        return dict(zip(self._clip_groups, norms, strict=True))
 
     # ------------------------------------------------------------------------------------------------
     # Metrics

@@ -59,7 +59,8 @@ GROUP = 4
 
 class StepTimer(TrainerCallback):
     """Timestamps the end of every update, in wall time and in this process's CPU time, and times every
-    checkpoint save (from the end of its update to the end of the last `on_save` before this one's)."""
+    checkpoint save: from the end of its update to this callback's `on_save`, which runs after the save
+    and after the `on_save` of the callbacks added before it (our checkpoint manager's among them)."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
@@ -262,19 +263,17 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         extra.append(f"rewards=[{{name: reward_model, path: '{spec['reward_model']}'}}]")
     algorithm = spec["side"].split("-")[0]
     recipe = recipe_for(algorithm, output, spec["steps"], extra)
+    clock = ppo_phase_clock() if spec.get("clock") and spec["side"] == "ppo-ours" else None
     if spec["side"] == "grpo-trl":
         timer = run_raw_grpo(recipe)
     elif spec["side"] in ("ppo-trl", "ppo-trl-nogc"):
         timer = run_raw_ppo(recipe, Path(spec["reward_model"]), collect_garbage=spec["side"] == "ppo-trl")
-    elif spec.get("clock"):
-        clock = ppo_phase_clock()
-        timer = run_ours(recipe, clock)
     else:
-        timer = run_ours(recipe)
+        timer = run_ours(recipe, *([clock] if clock else []))
     seconds = timer.seconds_per_step()
     samples_per_second = recipe.training.per_device_batch_size / seconds
     return {
-        **({"parts": clock.medians()} if spec.get("clock") else {}),
+        **({"parts": clock.medians()} if clock else {}),
         "seconds_per_step": seconds,
         "cpu_seconds_per_step": timer.cpu_seconds_per_step(),
         "samples_per_second": samples_per_second,
@@ -439,7 +438,8 @@ DEFAULT_CHECKPOINT_SAMPLES = 100_000
 def checkpoint_table(
     root: Path, reward_model: Path, grpo: dict[str, list[dict]], ppo: dict[str, list[dict]]
 ) -> list[str]:
-    """(e) One checkpoint save on each side, and what it costs at the default cadence (every 100K samples)."""
+    """(e) The median time of a checkpoint save on each side, and what the difference costs at the default
+    cadence (a checkpoint every 100K samples) at our side's measured throughput."""
     print("(e) checkpoint saves: llm_rl against raw TRL")
     rows = []
     for name, sides, throughput in (
