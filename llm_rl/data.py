@@ -324,11 +324,14 @@ def drop_long_prompts(
     return kept, len(dataset) - len(kept)
 
 
-def tokenize_prompts(dataset: Dataset, tokenizer: PreTrainedTokenizerBase) -> Dataset:
-    """`input_ids` and `row_index` for each prompt: what TRL's PPOTrainer reads, and the way back to the row."""
+def tokenize_prompts(
+    dataset: Dataset, tokenizer: PreTrainedTokenizerBase, num_proc: int | None = None
+) -> Dataset:
+    """`input_ids` and `row_index` for each prompt: what generation reads, and the way back to the row."""
     return dataset.map(
         lambda row, index: {"input_ids": prompt_token_ids(row["prompt"], tokenizer), ROW_INDEX: index},
         with_indices=True,
         remove_columns=dataset.column_names,
+        num_proc=num_proc,
         desc="tokenizing prompts",
     )

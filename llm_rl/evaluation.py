@@ -18,6 +18,7 @@ from datasets import Dataset
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 from trl.models.utils import unwrap_model_for_generation
 
+from llm_rl.completions import eos_token_ids, trimmed
 from llm_rl.data import ROW_INDEX, tokenize_prompts
 from llm_rl.errors import DataError
 from llm_rl.ppo_rewards import RewardAdapter, reward_metrics
@@ -31,9 +32,16 @@ class HeldOutReward:
     """Scores the policy on the eval split (module docstring)."""
 
     def __init__(
-        self, recipe: Recipe, eval_rows: Dataset, tokenizer: PreTrainedTokenizerBase, rewards: RewardSet
+        self,
+        recipe: Recipe,
+        eval_rows: Dataset,
+        tokenizer: PreTrainedTokenizerBase,
+        rewards: RewardSet,
+        stop_token_ids: list[int] | None = None,
     ) -> None:
+        """`stop_token_ids` end completions (default: the tokenizer's EOS)."""
         settings = recipe.evaluation
+        self.stop_token_ids = stop_token_ids or eos_token_ids(tokenizer)
         self.every = settings.every
         self.batch_size = settings.batch_size
         self.tokenizer = tokenizer
@@ -51,7 +59,7 @@ class HeldOutReward:
         self.generation_config = GenerationConfig(
             max_new_tokens=generation.max_new_tokens,
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=self.stop_token_ids,
             **sampling,
         )
 
@@ -102,14 +110,8 @@ class HeldOutReward:
         queries = self.tokenizer.pad({"input_ids": rows["input_ids"]}, return_tensors="pt").to(device)
         output = policy.generate(**queries, generation_config=self.generation_config)
         responses = output[:, queries["input_ids"].shape[1] :]
-        responses = cut_after_eos(responses, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
-        return self.adapter(torch.tensor(rows[ROW_INDEX]), responses)
-
-
-def cut_after_eos(responses: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
-    """Everything after each response's first EOS becomes padding (the reward reads up to EOS)."""
-    after = (responses == eos).int().cumsum(dim=1) - (responses == eos).int() > 0
-    return responses.masked_fill(after, pad)
+        scores, values = self.adapter(rows[ROW_INDEX], trimmed(responses, self.stop_token_ids))
+        return scores.to(device), values.to(device)
 
 
 def first_occurrences(order: torch.Tensor) -> torch.Tensor:
@@ -133,4 +135,5 @@ def held_out_reward(components: Any) -> HeldOutReward | None:
             "evaluation.every is set but the data has no eval prompts (set data.eval_split or data.num_eval)",
             where=recipe.data.source,
         )
-    return HeldOutReward(recipe, data.eval, components.tokenizer, components.rewards)
+    stop_token_ids = eos_token_ids(components.tokenizer, components.policy.generation_config)
+    return HeldOutReward(recipe, data.eval, components.tokenizer, components.rewards, stop_token_ids)

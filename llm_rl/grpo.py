@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import PreTrainedModel, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from llm_rl.checkpoints import StagedCheckpoints
@@ -59,7 +59,7 @@ def count_samples(recipe: Recipe) -> SampleCounter:
     return sample_counter(samples_per_step(recipe))
 
 
-def trl_config(recipe: Recipe) -> GRPOConfig:
+def trainer_config(recipe: Recipe) -> GRPOConfig:
     """The `GRPOConfig` for a recipe: shared sections first, then the recipe's own `grpo:` keys."""
     generation = recipe.generation
     fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
@@ -87,7 +87,23 @@ def trl_config(recipe: Recipe) -> GRPOConfig:
 
 
 def prepare(components: Components) -> None:
-    """Checks beyond the recipe's that need the loaded data or model: none for GRPO (TRL accepts any size)."""
+    """Checks beyond the recipe's that need the loaded model, made before the run folder is touched."""
+    check_router_aux_loss(components.recipe, components.policy)
+
+
+def check_router_aux_loss(recipe: Recipe, policy: PreTrainedModel) -> None:
+    """`grpo.router_aux_loss_coef` only weighs a Mixture-of-Experts router loss.
+
+    Since TRL 1.14 the key defaults to the model's own coefficient, and a value set for a model without
+    router logits stops GRPOTrainer at start-up; until then its default (0.001) was ignored for dense
+    models, so recipes written then may carry it.
+    """
+    coef = recipe.grpo.get("router_aux_loss_coef")
+    if coef and not hasattr(policy.config.get_text_config(), "output_router_logits"):
+        raise RecipeError(
+            f"grpo.router_aux_loss_coef is {coef}, but {type(policy).__name__} is not a Mixture-of-Experts "
+            "model with router logits, so there is no load-balancing loss to weigh: remove the key"
+        )
 
 
 class UnifiedGRPOTrainer(StagedCheckpoints, GRPOTrainer):
@@ -128,7 +144,7 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> G
     return UnifiedGRPOTrainer(
         model=components.policy,
         reward_funcs=list(components.rewards.functions),
-        args=trl_config(recipe),
+        args=trainer_config(recipe),
         train_dataset=components.data.train,
         processing_class=components.tokenizer,
         callbacks=callbacks,

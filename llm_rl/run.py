@@ -27,7 +27,7 @@ from llm_rl.data import load_prompt_data
 from llm_rl.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.evaluation import held_out_reward
 from llm_rl.metrics import MetricsCallback
-from llm_rl.models import load_policy, load_tokenizer, resolve_model_path
+from llm_rl.models import load_policy, load_tokenizer, resolve_model_path, training_tokenizer
 from llm_rl.monitoring import make_sinks, wandb_notifier
 from llm_rl.progress import ProgressLine, QuietProgressCallback
 from llm_rl.recipe import Recipe, active_schedules
@@ -69,12 +69,13 @@ def serial_tokenizers_on_cpu() -> None:
 
 def build_components(recipe: Recipe) -> Components:
     """Load everything the recipe names; every error here is the user's to fix (exit code 2)."""
-    tokenizer = load_tokenizer(recipe.model)
+    saved_tokenizer = load_tokenizer(recipe.model)
+    tokenizer = training_tokenizer(saved_tokenizer)
     data = load_prompt_data(recipe.data, tokenizer, recipe.run.seed)
     rewards = build_reward_functions(recipe.rewards)
     policy_path = resolve_model_path(recipe.model.policy)
     policy = load_policy(recipe.model, recipe.training.precision)
-    return Components(recipe, tokenizer, policy, data, rewards, policy_path)
+    return Components(recipe, tokenizer, policy, data, rewards, policy_path, saved_tokenizer=saved_tokenizer)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -129,13 +130,14 @@ def restore_watchers(
 
 
 def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
-    """Save the trained policy and tokenizer as a `save_pretrained` folder, replacing any earlier one."""
+    """Save the trained policy and the user's tokenizer as a `save_pretrained` folder, replacing any
+    earlier one."""
     final = folder / FINAL_DIR
     partial = folder / f".{FINAL_DIR}.partial"
     trainer.save_model(str(partial))
     trainer.accelerator.wait_for_everyone()
     if is_main_process():
-        components.tokenizer.save_pretrained(str(partial))
+        (components.saved_tokenizer or components.tokenizer).save_pretrained(str(partial))
         if final.exists():
             shutil.rmtree(final)
         partial.rename(final)
@@ -188,7 +190,7 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     set_seed(recipe.run.seed)
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
-    algorithm.trl_config(recipe)
+    algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     components.held_out = held_out_reward(components)
     resume_from = find_resume_checkpoint(recipe)

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from llm_rl.completions import cut_after_stop, eos_token_ids, trimmed
 from llm_rl.data import format_prompt, has_chat_template, load_prompt_data, prompt_token_ids
 from llm_rl.errors import ModelError, RecipeError, first_line
-from llm_rl.evaluation import cut_after_eos
 from llm_rl.export import policy_folder
 from llm_rl.models import is_adapter_folder, merged_adapter_path
 from llm_rl.ppo_rewards import RewardAdapter
@@ -67,6 +67,7 @@ class PolicyGenerator:
         self.use_template = has_chat_template(self.tokenizer) and data.chat_template
         self.system_prompt = data.system_prompt
         self.default_new_tokens = recipe.generation.max_new_tokens if recipe is not None else 256
+        self.stop_token_ids = eos_token_ids(self.tokenizer, self.model.generation_config)
         self.pad = self.tokenizer.pad_token_id
         if self.pad is None:
             self.pad = self.tokenizer.eos_token_id
@@ -85,7 +86,7 @@ class PolicyGenerator:
 
     @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], request: GenerationRequest) -> torch.Tensor:
-        """The completions' token ids, one row per prompt, padded after the first EOS."""
+        """The completions' token ids, one row per prompt, padded after the first stop token."""
         width = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), self.pad, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
@@ -103,7 +104,7 @@ class PolicyGenerator:
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             pad_token_id=self.pad,
-            eos_token_id=self.tokenizer.eos_token_id,
+            eos_token_id=self.stop_token_ids,
             **sampling,
         )
         output = self.model.generate(
@@ -111,7 +112,7 @@ class PolicyGenerator:
             attention_mask=attention.to(self.device),
             generation_config=config,
         )
-        return cut_after_eos(output[:, width:].cpu(), self.tokenizer.eos_token_id, self.pad)
+        return cut_after_stop(output[:, width:].cpu(), self.stop_token_ids, self.pad)
 
     def generate(self, prompt_ids: list[list[int]], request: GenerationRequest) -> list[dict[str, Any]]:
         """Each completion's text, token count and why it ended (`eos` or `length`)."""
@@ -120,12 +121,11 @@ class PolicyGenerator:
 
     def describe(self, row: list[int]) -> dict[str, Any]:
         """A completion's text, token count and why it ended, from its padded ids."""
-        eos = self.tokenizer.eos_token_id
-        ids = row[: row.index(eos) + 1] if eos in row else [t for t in row if t != self.pad]
+        ids = trimmed(torch.tensor([row]), self.stop_token_ids)[0]
         return {
             "text": self.tokenizer.decode(ids, skip_special_tokens=True),
             "tokens": len(ids),
-            "finish_reason": "eos" if eos in ids else "length",
+            "finish_reason": "eos" if ids and ids[-1] in self.stop_token_ids else "length",
         }
 
 
@@ -156,7 +156,7 @@ def sample_file(source: Path, prompts_file: Path, greedy: bool, max_new_tokens: 
     for start in range(0, len(prompt_ids), batch):
         indices = list(range(start, min(start + batch, len(prompt_ids))))
         responses = generator.generate_ids([prompt_ids[i] for i in indices], request)
-        scores, per_function = adapter(torch.tensor(indices), responses)
+        scores, per_function = adapter(indices, trimmed(responses, generator.stop_token_ids))
         for offset, index in enumerate(indices):
             completion = generator.describe(responses[offset].tolist())
             results.append(

@@ -16,7 +16,7 @@ from llm_rl.recipe import Recipe, Schedule, active_schedules
 
 
 def start_values(recipe: Recipe) -> dict[str, float]:
-    """Scheduled settings at sample 0, by TRL config field name, for the trainer's construction."""
+    """Scheduled settings at sample 0, by field name (the key after its section), for the trainer's construction."""
     values = {}
     for key, schedule in active_schedules(recipe).items():
         field = key.split(".", 1)[1]

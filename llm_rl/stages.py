@@ -23,6 +23,7 @@ from accelerate import PartialState
 from llm_rl.checkpoints import list_checkpoints
 from llm_rl.metrics import JsonlSink, MetricSink
 from llm_rl.monitoring import make_sinks
+from llm_rl.ppo.critic import VALUE_MODEL_DIR
 from llm_rl.recipe import Recipe, stage_recipes
 from llm_rl.run import (
     FINAL_DIR,
@@ -36,7 +37,6 @@ from llm_rl.run import (
     train,
     write_atomic,
 )
-from llm_rl.value_model import VALUE_MODEL_DIR
 
 # A stage that ended this way hands its policy on to the next; any other status ends the run.
 FINISHED = ("completed", "early_stopped")

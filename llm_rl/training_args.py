@@ -1,4 +1,4 @@
-"""The shared recipe sections mapped onto the `TrainingArguments` fields that GRPOConfig and PPOConfig share.
+"""The shared recipe sections mapped onto the `TrainingArguments` fields that both algorithms' trainers read.
 
 Also picks the device settings itself when no GPU is present (DESIGN.md: CPU runs need `bf16=False`,
 and multi-process CPU runs need `ddp_backend="gloo"`), so that users never have to.
@@ -50,9 +50,9 @@ def sync_deepspeed_clipping(max_grad_norm: float | None) -> None:
     """Under DeepSpeed, make the engine clip at `training.max_grad_norm` (None or 0: no clipping).
 
     DeepSpeed clips inside its own step, at its config's `gradient_clipping`. When the accelerate or
-    DeepSpeed config leaves it unset (`auto`), accelerate would put 1.0 there whatever the recipe says,
-    and TRL's PPO never passes the recipe's value on: the recipe's goes in through the variable that
-    accelerate reads. A value the config does set must agree with the recipe's.
+    DeepSpeed config leaves it unset (`auto`), accelerate would put 1.0 there whatever the recipe says:
+    the recipe's goes in through the variable that accelerate reads. A value the config does set must
+    agree with the recipe's.
     """
     if not under_deepspeed():
         return

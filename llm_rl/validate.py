@@ -31,12 +31,12 @@ def try_rewards(components: Components) -> list[str]:
 
 def describe_run(recipe: Recipe) -> str:
     """A summary of what `llm-rl train` would run, after loading all of it (a staged recipe: its first
-    stage in full, and every stage's algorithm, budget and TRL config)."""
+    stage in full, and every stage's algorithm, budget and trainer config)."""
     if recipe.stages:
         return describe_stages(recipe)
     components = build_components(recipe)
     algorithm = algorithm_module(recipe.algorithm)
-    algorithm.trl_config(recipe)
+    algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     per_step = algorithm.samples_per_step(recipe)
     steps = steps_for_budget(recipe, per_step)
@@ -59,12 +59,12 @@ def describe_run(recipe: Recipe) -> str:
 
 
 def describe_stages(recipe: Recipe) -> str:
-    """The first stage described in full, then one line per stage (each stage's TRL config built)."""
+    """The first stage described in full, then one line per stage (each stage's trainer config built)."""
     stages = stage_recipes(recipe, recipe.output_dir, "recipe")
     lines = [describe_run(stages[0]), f"stages    {len(stages)}, into {recipe.output_dir}"]
     for index, (entry, stage) in enumerate(zip(recipe.stages, stages, strict=True)):
         algorithm = algorithm_module(stage.algorithm)
-        algorithm.trl_config(stage)
+        algorithm.trainer_config(stage)
         per_step = algorithm.samples_per_step(stage)
         steps = steps_for_budget(stage, per_step)
         changes = ", ".join(sorted(entry.overrides)) or "none"

@@ -1,4 +1,5 @@
-"""Benchmark: what llm_rl costs over raw TRL, GRPO against PPO on the same work, and how cost grows.
+"""Benchmark: what llm_rl costs over raw TRL, where PPO's time goes, GRPO against PPO on the same work,
+and how cost grows.
 
     python scripts/benchmark.py [--quick] [--repeats 5] [--steps 12] [--output runs/benchmark] [--write-docs]
 
@@ -8,16 +9,16 @@ repeat (A B, B A, A B ...): drift in the machine's speed, and the place in the o
 alike. The script reports medians, and the median of the ratios of each repeat's pair.
 
 - (a) GRPO: `llm_rl.run.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
-  the same `GRPOConfig` (from `llm_rl.grpo.trl_config`), model, prompts and reward functions written
-  as plain Python.
-- (b) PPO: our PPO loop with a `reward_model` reward against TRL's `PPOTrainer` built by hand with the
-  same reward model, critic, reference model and `PPOConfig`. One more run of ours, with timers on the
-  parts TRL's loop lacks (clipping, the reward step, metrics and callbacks), says where the gap goes.
+  the same `GRPOConfig` (from `llm_rl.grpo.trainer_config`), model, prompts and reward functions
+  written as plain Python.
+- (b) PPO (llm_rl's own trainer, with a `reward_model` reward): its update by phase, with timers on
+  each step of the loop (generate; score; log-probs, reference and values; advantages; the PPO epochs;
+  metrics and callbacks), medians over the updates of each run and over the runs.
 - (c) GRPO against PPO at the same samples per update: samples/s, generated tokens/s, peak memory.
 - (d) GRPO scaling: completion lengths and batch sizes, time per sample and peak memory, with the
   growth exponent fitted on a log-log scale (time per sample ~ length^k).
-- (e) checkpoint saves: one every 4 updates on both sides of (a) and (b), the time of each save, and
-  what the difference costs at the default cadence of a checkpoint every 100K samples.
+- (e) checkpoint saves: one every 4 updates, on both sides of (a) and on PPO (its critic too), the
+  time of each save, and what it costs at the default cadence of a checkpoint every 100K samples.
 
 Time per step is measured between the end of the first update and the end of the last (the first
 includes warm-up). Peak memory is the process's peak resident set (CPU) or peak allocated CUDA memory.
@@ -86,7 +87,7 @@ class StepTimer(TrainerCallback):
 
 
 class PhaseClock(TrainerCallback):
-    """Wall time spent in named parts of our PPO update, per update: where its cost over TRL's goes.
+    """Wall time spent in named parts of our PPO update, per update: where its time goes.
 
     `wrap` puts a timer around a method; every `on_step_end` closes an update. `medians` gives each
     part's median time over the updates after the first (which includes warm-up).
@@ -118,21 +119,33 @@ class PhaseClock(TrainerCallback):
         return {part: statistics.median(u.get(part, 0.0) for u in self.updates[1:]) for part in sorted(parts)}
 
 
+# The steps of one PPO update, in the loop's order (llm_rl.ppo.trainer).
+PPO_PHASES = (
+    "generate",
+    "score (reward functions)",
+    "log-probs, reference and values",
+    "advantages (KL penalty, GAE)",
+    "PPO epochs (forward, backward, clipping, optimizer)",
+    "metrics and callbacks",
+)
+
+
 def ppo_phase_clock() -> PhaseClock:
-    """A clock on the parts of our PPO loop that TRL's loop does not have, or does differently."""
+    """A clock on each step of our PPO update."""
     from transformers.trainer_callback import CallbackHandler
 
-    from llm_rl.ppo_rewards import RewardAdapter
-    from llm_rl.ppo_trainer import UnifiedPPOTrainer
-    from llm_rl.rewards.reward_model import RewardModelScorer
+    from llm_rl.ppo import trainer
+    from llm_rl.ppo.generation import HFGenerator
 
     clock = PhaseClock()
-    clock.wrap(UnifiedPPOTrainer, "clip_gradients", "gradient clipping, policy and critic")
-    clock.wrap(RewardAdapter, "forward", "reward step")
-    clock.wrap(RewardModelScorer, "score", "reward model")
-    clock.wrap(RewardModelScorer, "encode", "reward model tokenization")
-    clock.wrap(UnifiedPPOTrainer, "update_metrics", "metrics and callbacks")
-    clock.wrap(CallbackHandler, "call_event", "metrics and callbacks")
+    generate, score, forwards, advantages, epochs, metrics = PPO_PHASES
+    clock.wrap(HFGenerator, "generate", generate)
+    clock.wrap(trainer.PPOTrainer, "score", score)
+    clock.wrap(trainer.PPOTrainer, "evaluate_responses", forwards)
+    clock.wrap(trainer, "estimate_advantages", advantages)
+    clock.wrap(trainer.PPOTrainer, "optimise", epochs)
+    clock.wrap(trainer.PPOTrainer, "update_metrics", metrics)
+    clock.wrap(CallbackHandler, "call_event", metrics)
     return clock
 
 
@@ -188,7 +201,7 @@ def run_raw_grpo(recipe) -> StepTimer:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
 
-    from llm_rl.grpo import trl_config
+    from llm_rl.grpo import trainer_config
     from llm_rl.models import model_dtype, resolve_model_path
     from llm_rl.tasks import build_arithmetic
 
@@ -201,54 +214,9 @@ def run_raw_grpo(recipe) -> StepTimer:
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
         reward_funcs=[exact_sum, bare_number],
-        args=trl_config(recipe),
+        args=trainer_config(recipe),
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[timer],
-    )
-    trainer.train()
-    return timer
-
-
-def run_raw_ppo(recipe, reward_model: Path, collect_garbage: bool = True) -> StepTimer:
-    """TRL's PPOTrainer built by hand with a reward model: the same config and models, nothing of ours.
-
-    TRL's loop calls `gc.collect()` twice an update; `collect_garbage=False` turns those calls into
-    no-ops, to separate what our layer costs from what TRL's loop spends on the collector.
-    """
-    import gc
-
-    if not collect_garbage:
-        gc.collect = lambda generation=2: 0
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, set_seed
-
-    from llm_rl.models import model_dtype, resolve_model_path
-    from llm_rl.ppo import trl_config
-    from llm_rl.tasks import build_arithmetic
-    from llm_rl.trl_ppo import PPOTrainer
-
-    set_seed(0)
-    path = resolve_model_path(recipe.model.policy)
-    dtype = model_dtype(recipe.model.dtype, recipe.training.precision)
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    prompts = build_arithmetic(recipe.data, recipe.run.seed)["train"]
-    dataset = prompts.map(
-        lambda row: {"input_ids": tokenizer(row["prompt"])["input_ids"]}, remove_columns=prompts.column_names
-    )
-    critic = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype)
-    timer = StepTimer()
-    trainer = PPOTrainer(
-        args=trl_config(recipe),
-        processing_class=tokenizer,
-        model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
-        ref_model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
-        # As our `reward_model` reward loads it (its `dtype: auto`): in the checkpoint's own dtype.
-        reward_model=AutoModelForSequenceClassification.from_pretrained(
-            reward_model, num_labels=1, dtype="auto"
-        ),
-        value_model=critic,
-        train_dataset=dataset,
-        eval_dataset=dataset,
         callbacks=[timer],
     )
     trainer.train()
@@ -263,11 +231,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         extra.append(f"rewards=[{{name: reward_model, path: '{spec['reward_model']}'}}]")
     algorithm = spec["side"].split("-")[0]
     recipe = recipe_for(algorithm, output, spec["steps"], extra)
-    clock = ppo_phase_clock() if spec.get("clock") and spec["side"] == "ppo-ours" else None
+    clock = ppo_phase_clock() if spec["side"] == "ppo-ours" else None
     if spec["side"] == "grpo-trl":
         timer = run_raw_grpo(recipe)
-    elif spec["side"] in ("ppo-trl", "ppo-trl-nogc"):
-        timer = run_raw_ppo(recipe, Path(spec["reward_model"]), collect_garbage=spec["side"] == "ppo-trl")
     else:
         timer = run_ours(recipe, *([clock] if clock else []))
     seconds = timer.seconds_per_step()
@@ -298,18 +264,17 @@ def completion_length(run: Path) -> float:
 
 
 def measure(
-    side: str, output: Path, steps: int, reward_model: Path, overrides: list[str] = (), clock: bool = False
+    side: str, output: Path, steps: int, reward_model: Path, overrides: list[str] = ()
 ) -> dict[str, Any]:
-    """One measurement in a fresh process; `clock` also times the parts of our PPO update."""
+    """One measurement in a fresh process (our PPO's with the time of each phase of its update)."""
     spec = {
         "side": side,
         "output": str(output),
         "steps": steps,
         "reward_model": str(reward_model),
         "overrides": list(overrides),
-        "clock": clock,
     }
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     result = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(spec)],
         capture_output=True,
@@ -393,36 +358,24 @@ def overhead_table(name: str, results: dict[str, list[dict]], ours: str, raw: st
     ]
 
 
-def attribution_table(clocked: dict[str, Any], ppo: dict[str, list[dict]]) -> list[str]:
-    """Our PPO update's parts that TRL's loop lacks, in ms (medians over the updates of one timed run),
-    against the measured gap: the median over the repeats of our update time minus TRL's."""
-    parts = clocked["parts"]
-    reward_forward = parts["reward model"] - parts["reward model tokenization"]
-    rows = {
-        "gradient clipping, policy and critic (TRL's PPO does not clip)": parts[
-            "gradient clipping, policy and critic"
-        ],
-        "reward step beside the reward model's forward (decode, dataset columns, tokenize, checks)": parts[
-            "reward step"
-        ]
-        - reward_forward,
-        "of which tokenizing for the reward model": parts["reward model tokenization"],
-        "metrics and callbacks (TRL's loop has its own, not subtracted)": parts["metrics and callbacks"],
-    }
-    gap = statistics.median(
-        ours["seconds_per_step"] - raw["seconds_per_step"]
-        for ours, raw in zip(ppo["ppo-ours"], ppo["ppo-trl-nogc"], strict=True)
-    )
-    update = clocked["seconds_per_step"]
+def phase_table(runs: list[dict]) -> list[str]:
+    """(b) Our PPO update by phase: each phase's median over the runs (each run's own median over its
+    updates), and its share of the update."""
+    update = median(runs, "seconds_per_step")
+    phases = {phase: statistics.median(run["parts"].get(phase, 0.0) for run in runs) for phase in PPO_PHASES}
+    rest = update - sum(phases.values())
     return [
         "",
-        "### Where our PPO update's extra time goes (one more llm_rl run, with timers)",
+        f"### PPO: where an update's time goes (llm_rl, {BATCH} samples an update, medians of {len(runs)} runs)",
         "",
-        "| part | ms per update | share of the update |",
+        "| phase | ms per update | share of the update |",
         "| --- | --- | --- |",
-        *(f"| {name} | {seconds * 1000:.2f} | {seconds / update:.1%} |" for name, seconds in rows.items()),
-        f"| *measured gap: llm_rl minus TRL without gc, median of the pairs above* | *{gap * 1000:.2f}* "
-        f"| *{gap / update:.1%}* |",
+        *(
+            f"| {phase} | {seconds * 1000:.2f} | {seconds / update:.1%} |"
+            for phase, seconds in phases.items()
+        ),
+        f"| the rest (prompt batches, scheduler, between the phases) | {rest * 1000:.2f} | {rest / update:.1%} |",
+        f"| *the whole update* | *{update * 1000:.2f}* | *100%* |",
     ]
 
 
@@ -438,35 +391,37 @@ DEFAULT_CHECKPOINT_SAMPLES = 100_000
 def checkpoint_table(
     root: Path, reward_model: Path, grpo: dict[str, list[dict]], ppo: dict[str, list[dict]]
 ) -> list[str]:
-    """(e) The median time of a checkpoint save on each side, and what the difference costs at the default
-    cadence (a checkpoint every 100K samples) at our side's measured throughput."""
-    print("(e) checkpoint saves: llm_rl against raw TRL")
+    """(e) The median time of a checkpoint save, and what saving costs at the default cadence (a
+    checkpoint every 100K samples) at our side's measured throughput; GRPO against raw TRL's."""
+    print("(e) checkpoint saves")
+    runs = alternate(
+        ["grpo-trl", "grpo-ours", "ppo-ours"],
+        CHECKPOINT_RUN["repeats"],
+        root,
+        CHECKPOINT_RUN["steps"],
+        reward_model,
+        CHECKPOINT_RUN["overrides"],
+    )
+    raw = median(runs["grpo-trl"], "save_seconds")
     rows = []
-    for name, sides, throughput in (
-        ("GRPO", ["grpo-trl", "grpo-ours"], grpo["grpo-ours"]),
-        ("PPO", ["ppo-trl-nogc", "ppo-ours"], ppo["ppo-ours"]),
+    for name, side, throughput in (
+        ("GRPO", "grpo-ours", grpo["grpo-ours"]),
+        ("PPO", "ppo-ours", ppo["ppo-ours"]),
     ):
-        runs = alternate(
-            sides,
-            CHECKPOINT_RUN["repeats"],
-            root,
-            CHECKPOINT_RUN["steps"],
-            reward_model,
-            CHECKPOINT_RUN["overrides"],
-        )
-        raw, ours = (median(runs[side], "save_seconds") for side in sides)
+        ours = median(runs[side], "save_seconds")
         between = DEFAULT_CHECKPOINT_SAMPLES / median(throughput, "samples_per_second")
-        rows.append(
-            f"| {name} | {raw * 1000:.0f} | {ours * 1000:.0f} | **{ours / raw:.2f}** | {(ours - raw) / between:.3%} |"
-        )
+        against_raw = f"{raw * 1000:.0f} | **{ours / raw:.2f}**" if name == "GRPO" else "- | -"
+        rows.append(f"| {name} | {ours * 1000:.0f} | {against_raw} | {ours / between:.3%} |")
     return [
         "",
         f"### Checkpoint saves (medians, {CHECKPOINT_RUN['repeats']} alternating runs per side of "
         f"{CHECKPOINT_RUN['steps']} updates, a checkpoint every 4)",
         "",
-        "| | raw TRL ms per save | llm_rl ms per save | ratio | extra time at a checkpoint every 100K samples |",
+        "| | llm_rl ms per save | raw TRL ms per save | ratio | time spent saving at a checkpoint every 100K samples |",
         "| --- | --- | --- | --- | --- |",
         *rows,
+        "",
+        "PPO's checkpoint holds the critic beside the policy, and both models' optimizer states.",
     ]
 
 
@@ -492,7 +447,7 @@ def main() -> int:
 
     repeats = args.repeats or (5 if args.quick else 9)
     steps = args.steps or (80 if args.quick else 160)
-    # Half GRPO's updates: raw TRL's PPO side spends 0.4 s an update in gc.collect() here.
+    # Half GRPO's updates: a PPO update costs several GRPO updates (a critic, a reference, PPO epochs).
     ppo_steps = max(4, steps // 2)
     root = args.output or Path(tempfile.mkdtemp(prefix="llm_rl_benchmark_"))
     started = time.perf_counter()
@@ -509,14 +464,10 @@ def main() -> int:
     ]
     print("(a) GRPO: llm_rl against raw TRL")
     grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model)
-    print("(b) PPO: llm_rl against raw TRL")
-    ppo = alternate(["ppo-trl", "ppo-trl-nogc", "ppo-ours"], repeats, root, ppo_steps, reward_model)
     lines += overhead_table("GRPO", grpo, "grpo-ours", "grpo-trl")
-    lines += overhead_table("PPO", ppo, "ppo-ours", "ppo-trl")
-    lines += overhead_table("PPO, TRL without its gc.collect() calls", ppo, "ppo-ours", "ppo-trl-nogc")
-    print("(b') PPO: where our update's time goes (one more run, with timers)")
-    clocked = measure("ppo-ours", root / "ppo-ours-clocked", ppo_steps, reward_model, clock=True)
-    lines += attribution_table(clocked, ppo)
+    print("(b) PPO: its update by phase")
+    ppo = alternate(["ppo-ours"], repeats, root, ppo_steps, reward_model)
+    lines += phase_table(ppo["ppo-ours"])
 
     samples_ratio = median(grpo["grpo-ours"], "samples_per_second") / median(
         ppo["ppo-ours"], "samples_per_second"

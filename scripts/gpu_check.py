@@ -5,17 +5,15 @@
 Builds a Llama of about 150M parameters (random weights, the embedded task's character tokenizer: no
 download) and trains it for `--steps` updates with each algorithm on the embedded arithmetic prompts,
 each run in its own process, so that each one's peak memory is its own. EOS is held back
-(`generation.min_new_tokens`), so GRPO's completions run to `--new-tokens`; TRL's PPO ends a response at
-its first pad token, which the random model samples now and then (the table shows the lengths). It prints, per algorithm,
-samples/s and generated tokens/s (the first update left out: it includes CUDA's warm-up) and the peak
-GPU memory. About 2-4 minutes on one recent GPU. `--allow-cpu` runs the same thing in fp32 on a CPU,
-which is only useful to check the script itself.
+(`generation.min_new_tokens`), so both algorithms' completions run to `--new-tokens`. It prints, per
+algorithm, samples/s and generated tokens/s (the first update left out: it includes CUDA's warm-up) and
+the peak GPU memory. About 2-4 minutes on one recent GPU. `--allow-cpu` runs the same thing in fp32 on a
+CPU, which is only useful to check the script itself.
 
-`--overhead` also measures what our layer costs over TRL alone at this scale, as `scripts/benchmark.py`
-does on the embedded model: our GRPO against TRL's `GRPOTrainer` built by hand, and our PPO (with a
-`reward_model` reward on the same body) against TRL's `PPOTrainer` built by hand (its `gc.collect()`
-calls made no-ops), `--repeats` alternating runs per side, wall-time and memory ratios. Four more runs a
-repeat.
+`--overhead` also measures, as `scripts/benchmark.py` does on the embedded model: what our GRPO costs
+over TRL's `GRPOTrainer` built by hand at this scale (`--repeats` alternating runs per side, wall-time and
+memory ratios), and where our PPO's update time goes (with a `reward_model` reward on the same body), by
+phase. Three more runs a repeat.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
-from benchmark import OVERHEAD_HEADER, alternate, build_reward_model, overhead_table  # noqa: E402
+from benchmark import OVERHEAD_HEADER, alternate, build_reward_model, overhead_table, phase_table  # noqa: E402
 from learning_curve import run_seed  # noqa: E402
 
 from llm_rl.run import read_rows  # noqa: E402
@@ -57,8 +55,8 @@ def run_overrides(
 ) -> list[str]:
     """The embedded recipe at a GPU's scale: 64 samples an update, long completions, no checkpoints.
 
-    `hold_length` holds EOS back for `new_tokens`; the overhead comparison leaves it out, as TRL's own
-    PPO loop samples with its fixed settings and would not hold it back.
+    `hold_length` holds EOS back for `new_tokens`; the overhead comparison leaves it out, to measure
+    completions as the model ends them.
     """
     precision = ["training.precision=bf16", "model.dtype=bfloat16"] if on_gpu else ["training.precision=fp32"]
     return [
@@ -130,15 +128,15 @@ def main() -> int:
 
 
 def print_overhead(root: Path, model: Path, steps: int, repeats: int, overrides: list[str]) -> None:
-    """Our GRPO and PPO against TRL's trainers built by hand, on this model: the benchmark's table."""
+    """Our GRPO against TRL's built by hand, and our PPO's update by phase, on this model: the
+    benchmark's tables."""
     reward_model = build_reward_model(root / "reward_model", body=str(model))
-    grpo = alternate(["grpo-trl", "grpo-ours"], repeats, root, steps, reward_model, overrides)
-    ppo = alternate(["ppo-trl-nogc", "ppo-ours"], repeats, root, steps, reward_model, overrides)
+    runs = alternate(["grpo-trl", "grpo-ours", "ppo-ours"], repeats, root, steps, reward_model, overrides)
     print()
     for line in [
         *OVERHEAD_HEADER,
-        *overhead_table("GRPO", grpo, "grpo-ours", "grpo-trl"),
-        *overhead_table("PPO, TRL without its gc.collect() calls", ppo, "ppo-ours", "ppo-trl-nogc"),
+        *overhead_table("GRPO", runs, "grpo-ours", "grpo-trl"),
+        *phase_table(runs["ppo-ours"]),
     ]:
         print(line)
 

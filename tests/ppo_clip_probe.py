@@ -8,6 +8,7 @@ import os
 import sys
 
 import torch
+from transformers import TrainerCallback
 
 from llm_rl import ppo
 from llm_rl.recipe import load_recipe
@@ -19,17 +20,26 @@ def norm(module: torch.nn.Module) -> float:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
 
 
+class RecordStepNorms(TrainerCallback):
+    """Right before every optimizer step, the policy's and the critic's gradient norms."""
+
+    def __init__(self) -> None:
+        self.norms: list[list[float]] = []
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        optimizer.optimizer.register_step_pre_hook(
+            lambda *_: self.norms.append([norm(model.policy), norm(model.critic)])
+        )
+
+
 def main() -> None:
     recipe = load_recipe(sys.argv[1], sys.argv[2:])
     components = build_components(recipe)
     ppo.prepare(components)
-    trainer = ppo.build_trainer(components, [])
-    wrapper = trainer.accelerator.unwrap_model(trainer.model)
-    norms: list[list[float]] = []
-    trainer.optimizer.optimizer.register_step_pre_hook(
-        lambda *_: norms.append([norm(wrapper.policy), norm(wrapper.value_model)])
-    )
+    recorder = RecordStepNorms()
+    trainer = ppo.build_trainer(components, [recorder])
     trainer.train()
+    norms = recorder.norms
     logged = [row["grad_norm"] for row in trainer.state.log_history if "grad_norm" in row]
     rank = int(os.environ.get("RANK", "0"))
     out = {"world_size": trainer.accelerator.num_processes, "norms": norms, "logged_grad_norm": logged}

@@ -1,5 +1,5 @@
-"""scripts/benchmark.py: the hand-built raw TRL sides still build and train, and the fit is right; and the
-settings our training loop takes for speed."""
+"""scripts/benchmark.py: the hand-built raw TRL side still builds and trains, our PPO reports its phases,
+the fit is right; and the settings our training loop takes for speed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import REPO, run_entry
 
 sys.path.insert(0, str(REPO / "scripts"))
 
-from benchmark import build_reward_model, fitted_exponent  # noqa: E402
+from benchmark import PPO_PHASES, build_reward_model, fitted_exponent  # noqa: E402
 
 from llm_rl.run import serial_tokenizers_on_cpu  # noqa: E402
 
@@ -25,12 +25,12 @@ def test_fitted_exponent_recovers_a_power_law() -> None:
     assert fitted_exponent(xs, [7 / x for x in xs]) == pytest.approx(-1.0)
 
 
-# One side per code path: the hand-built GRPO and PPO trainers (the gc switch included), and our run.
-@pytest.mark.parametrize("side", ["grpo-trl", "ppo-trl-nogc", "ppo-ours"])
+# One side per code path: TRL's GRPOTrainer built by hand, and our PPO run with its phase clock.
+@pytest.mark.parametrize("side", ["grpo-trl", "ppo-ours"])
 def test_each_side_trains_and_reports(tmp_path: Path, side: str) -> None:
     reward_model = build_reward_model(tmp_path / "reward_model")
     spec = {"side": side, "output": str(tmp_path / "run"), "steps": 3, "reward_model": str(reward_model),
-            "clock": side == "ppo-ours", "overrides": ["checkpointing.every=2", "checkpointing.unit=steps"]}  # fmt: skip
+            "overrides": ["checkpointing.every=2", "checkpointing.unit=steps"]}  # fmt: skip
     result = run_entry(["scripts/benchmark.py", "--worker", json.dumps(spec)], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     numbers = json.loads(result.stdout.strip().splitlines()[-1])
@@ -40,13 +40,9 @@ def test_each_side_trains_and_reports(tmp_path: Path, side: str) -> None:
     assert 0 < numbers["save_seconds"] < 60, "the save after update 2 is timed on every code path"
     if side == "ppo-ours":
         parts = numbers["parts"]
-        assert set(parts) == {"gradient clipping, policy and critic", "reward step", "reward model",
-                              "reward model tokenization", "metrics and callbacks"}  # fmt: skip
+        assert set(parts) == set(PPO_PHASES)
         assert all(seconds > 0 for seconds in parts.values()), parts
-        assert parts["reward model tokenization"] < parts["reward model"] < parts["reward step"]
-        assert sum(parts.values()) - parts["reward model"] < numbers["seconds_per_step"], (
-            "parts of one update"
-        )
+        assert sum(parts.values()) < numbers["seconds_per_step"] * 1.05, "phases of one update"
 
 
 @pytest.mark.parametrize("preset", [None, "true"])

@@ -17,10 +17,10 @@ from transformers import AutoModelForCausalLM
 
 from llm_rl.errors import RecipeError
 from llm_rl.models import resolve_model_path
+from llm_rl.ppo.critic import load_value_model
 from llm_rl.recipe import load_recipe
 from llm_rl.tiny_model import build_tokenizer
 from llm_rl.training_args import DEEPSPEED_CLIPPING_VARIABLE, sync_deepspeed_clipping
-from llm_rl.value_model import load_value_model
 
 ZERO2 = str(REPO / "accelerate_configs" / "cpu_zero2_2proc.yaml")
 ZERO3 = str(REPO / "accelerate_configs" / "cpu_zero3_2proc.yaml")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_entry
 
-from llm_rl.grpo import samples_per_step, trl_config
+from llm_rl.grpo import samples_per_step, trainer_config
 from llm_rl.recipe import load_recipe
 
 GRPO_ONLY_KEYS = {"reward/group_std", "reward/frac_zero_std"}
@@ -140,7 +140,7 @@ def test_grpo_section_reaches_trl_config(tmp_path: Path) -> None:
         REPO / "recipes" / "arithmetic" / "grpo.yaml",
         ["grpo.loss_type=grpo", "grpo.epsilon=0.3", "grpo.num_iterations=2", f"run.output_dir={tmp_path}"],
     )
-    config = trl_config(recipe)
+    config = trainer_config(recipe)
     assert (config.loss_type, config.epsilon, config.num_iterations) == ("grpo", 0.3, 2)
     assert config.max_completion_length == recipe.generation.max_new_tokens
     assert config.reward_weights == [1.0, 0.1]
@@ -184,3 +184,20 @@ def test_tensorboard_gets_the_unified_metrics_against_samples(tmp_path: Path) ->
     events.Reload()
     assert {"reward/mean", "grad_norm", "loss/policy"} <= set(events.Tags()["scalars"])
     assert [event.step for event in events.Scalars("reward/mean")] == [64, 128]
+
+
+def test_router_loss_weight_on_a_dense_model_is_refused_before_training(tmp_path: Path) -> None:
+    """A recipe from before TRL 1.14 may carry grpo.router_aux_loss_coef (then 0.001 by default and ignored
+    for dense models); TRL now stops on it, so validation says so first, naming the key."""
+    llm_rl = str(Path(sys.executable).parent / "llm-rl")
+    result = run_entry(
+        ["validate", str(REPO / "recipes" / "arithmetic" / "grpo.yaml"), "--set", "grpo.router_aux_loss_coef=0.001",
+         "--set", f"run.output_dir={tmp_path / 'run'}"],
+        launcher=[llm_rl], timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "grpo.router_aux_loss_coef is 0.001, but LlamaForCausalLM is not a Mixture-of-Experts"
+        in result.stderr
+    )
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()

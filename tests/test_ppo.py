@@ -1,8 +1,9 @@
-"""PPO end to end on TRL's PPOTrainer with our loop: entry point, rewards, critic, warm-up, clipping, resume."""
+"""PPO end to end on llm_rl's own trainer: entry point, rewards, critic, warm-up, clipping, resume, tokenizers."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,21 +12,21 @@ import torch
 import yaml
 from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from datasets import Dataset
-from ppo_clip_probe import norm
+from ppo_clip_probe import RecordStepNorms
 from safetensors.torch import load_file
-from transformers import AutoModelForSequenceClassification, TrainerCallback
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
 from llm_rl import ppo
 from llm_rl.checkpoints import CheckpointManager
 from llm_rl.data import tokenize_prompts
 from llm_rl.early_stopping import MetricWindow
+from llm_rl.ppo.critic import load_value_model
+from llm_rl.ppo.trainer import clip_each_group
 from llm_rl.ppo_rewards import RewardAdapter
-from llm_rl.ppo_trainer import clip_each_group
 from llm_rl.recipe import RewardEntry, load_recipe
 from llm_rl.rewards import build_reward_functions
-from llm_rl.run import build_components
+from llm_rl.run import build_components, train
 from llm_rl.tiny_model import build_tokenizer, tiny_model_path
-from llm_rl.value_model import load_value_model
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 PPO_RECIPE = REPO / "recipes" / "arithmetic" / "ppo.yaml"
@@ -192,22 +193,20 @@ def test_reward_adapter_matches_the_reward_functions_called_directly() -> None:
     ]
     rewards = build_reward_functions(entries)
     completions = ["3", "5", "8 ", "7"]
-    # What TRL's loop hands the reward step: responses cut at EOS, then padded.
+    # What the rollout hands the reward step: each completion's ids up to and with its stop token.
     ids = [
         tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         for text in completions
     ]
-    width = max(len(row) for row in ids) + 1
-    responses = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])
     adapter = RewardAdapter(rewards, rows, tokenizer, none_reward=-1.0)
-    order = torch.tensor([2, 0, 3, 1])
-    scores, values = adapter(order, responses[order])
+    order = [2, 0, 3, 1]
+    scores, values = adapter(order, [ids[i] for i in order])
 
-    expected_rows = [rows[i] for i in order.tolist()]
+    expected_rows = [rows[i] for i in order]
     direct = [
         function(
             prompts=[row["prompt"] for row in expected_rows],
-            completions=[completions[i] for i in order.tolist()],
+            completions=[completions[i] for i in order],
             answer=[row["answer"] for row in expected_rows],
         )
         for function in rewards.functions
@@ -235,9 +234,7 @@ def test_reward_model_with_its_own_tokenizer_scores_decoded_responses(reward_mod
         tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         for text in completions
     ]
-    width = max(len(row) for row in ids)
-    responses = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])
-    scores, _ = RewardAdapter(rewards, rows, tokenizer)(torch.tensor([0, 1]), responses)
+    scores, _ = RewardAdapter(rewards, rows, tokenizer)([0, 1], ids)
     direct = rewards.functions[0](
         prompts=list(rows["prompt"]), completions=completions, answer=list(rows["answer"])
     )
@@ -261,8 +258,8 @@ def test_reward_adapter_gives_none_reward_when_no_function_applies() -> None:
     tokenizer = build_tokenizer()
     rows = Dataset.from_dict({"prompt": ["1+2=", "2+2="], "answer": ["3", "4"]})
     rewards = build_reward_functions([RewardEntry(name="tests.test_ppo:none_for_odd_answers")])
-    responses = torch.tensor([[tokenizer.convert_tokens_to_ids("3"), tokenizer.eos_token_id]] * 2)
-    scores, _ = RewardAdapter(rewards, rows, tokenizer, none_reward=-0.5)(torch.tensor([0, 1]), responses)
+    completion = [tokenizer.convert_tokens_to_ids("3"), tokenizer.eos_token_id]
+    scores, _ = RewardAdapter(rewards, rows, tokenizer, none_reward=-0.5)([0, 1], [completion] * 2)
     assert scores.tolist() == [-0.5, 0.5]
 
 
@@ -318,8 +315,8 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 def test_critic_warmup_freezes_the_policy_while_the_critic_learns(tmp_path: Path) -> None:
     recipe = small_ppo_recipe(tmp_path / "run", "training.max_steps=3", "ppo.critic_warmup_steps=2")
     trainer, _ = build_ppo_trainer(recipe)
-    wrapper = trainer.accelerator.unwrap_model(trainer.model)
-    history = [(weights(wrapper.policy), weights(wrapper.value_model))]
+    wrapper = trainer.model
+    history = [(weights(wrapper.policy), weights(wrapper.critic))]
     trainer.add_callback(RecordWeights(wrapper, history))
     trainer.train()
     assert len(history) == 4
@@ -336,17 +333,14 @@ class RecordWeights(TrainerCallback):
         self.wrapper, self.history = wrapper, history
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.history.append((weights(self.wrapper.policy), weights(self.wrapper.value_model)))
+        self.history.append((weights(self.wrapper.policy), weights(self.wrapper.critic)))
 
 
 def post_clip_norms(trainer) -> list[tuple[float, float]]:
-    """Records, right before every optimizer step, the policy's and the critic's gradient norms."""
-    wrapper = trainer.accelerator.unwrap_model(trainer.model)
-    norms: list[tuple[float, float]] = []
-    trainer.optimizer.optimizer.register_step_pre_hook(
-        lambda *_: norms.append((norm(wrapper.policy), norm(wrapper.value_model)))
-    )
-    return norms
+    """The norms each optimizer step of `trainer.train()` will start from (filled as it trains)."""
+    recorder = RecordStepNorms()
+    trainer.add_callback(recorder)
+    return recorder.norms
 
 
 @pytest.mark.parametrize("max_grad_norm", [0.01, None])
@@ -373,25 +367,29 @@ def test_update_metrics_match_the_rollout_they_summarise(tmp_path: Path) -> None
     batch = trainer.rollout(next(trainer.prompt_batches()))
     stats = trainer.optimise(batch)
     metrics = trainer.update_metrics(batch, stats, warming_up=False)
-    mask = ~batch["padding_mask"]
+    mask = batch.response_mask
     eos = trainer.processing_class.eos_token_id
+    ended = batch.completion_ids.gather(1, batch.lengths[:, None]).squeeze(1) == eos
     expected = {
-        "objective/kl": batch["kl"].sum(1).mean(),
-        "objective/entropy": (-batch["logprobs"] * mask).sum(1).mean(),
-        "objective/scores": batch["scores"].mean(),
-        "objective/scores_std": batch["scores"].std(),
-        "completions/mean_length": (batch["lengths"] + 1).float().mean(),
-        "val/num_eos_tokens": (batch["responses"] == eos).sum(),
+        "objective/kl": batch.kl.sum(1).mean(),
+        "objective/entropy": (-batch.logprobs * mask).sum(1).mean(),
+        "objective/scores": batch.scores.mean(),
+        "objective/scores_std": batch.scores.std(),
+        "completions/mean_length": (batch.lengths + 1).float().mean(),
+        "completions/clipped_ratio": (~ended).float().mean(),
+        "val/num_eos_tokens": ended.sum(),
         **stats,
     }
     for key, value in expected.items():
         assert metrics[key] == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
-    for column, name in enumerate(trainer.reward_model.rewards.names):
-        assert metrics[f"rewards/{name}/mean"] == pytest.approx(batch["per_fn"][:, column].nanmean().item())
+    for column, name in enumerate(trainer.rewards.rewards.names):
+        assert metrics[f"rewards/{name}/mean"] == pytest.approx(
+            batch.per_function[:, column].nanmean().item()
+        )
     assert metrics["objective/rlhf_reward"] == pytest.approx(
         metrics["objective/non_score_reward"] + metrics["objective/scores"]
     )
-    assert metrics["critic_warmup"] == 0.0 and metrics["episode"] == trainer.state.episode
+    assert metrics["critic_warmup"] == 0.0
 
 
 def gradient_groups(scales: list[float]) -> list[list[torch.nn.Parameter]]:
@@ -428,7 +426,7 @@ def test_checkpointed_value_model_reloads_to_the_same_weights(tmp_path: Path) ->
     recipe = small_ppo_recipe(tmp_path / "run", "checkpointing.every=2", "checkpointing.unit=steps")
     trainer, _ = build_ppo_trainer(recipe)
     trainer.train()
-    critic = trainer.accelerator.unwrap_model(trainer.model).value_model
+    critic = trainer.model.critic
     reloaded = AutoModelForSequenceClassification.from_pretrained(
         tmp_path / "run" / "checkpoint-32" / "value_model"
     )
@@ -442,8 +440,7 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
     straight, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "straight", *common))
     straight.train()
     first, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
-    first.state.max_steps = 2
-    first.args.num_total_batches = 2
+    first.args.max_steps = 2
     first.train()
     resumed, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
     resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-32"))
@@ -462,13 +459,6 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 # Bad PPO settings: exit code 2 and one message, before anything is written
 # --------------------------------------------------------------------------------------------------
-
-
-def pad_is_eos_tokenizer(tmp_path: Path) -> Path:
-    tokenizer = build_tokenizer()
-    tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.save_pretrained(tmp_path / "tok")
-    return tmp_path / "tok"
 
 
 BAD_PPO = {
@@ -490,7 +480,8 @@ BAD_PPO = {
     ),
     "unknown PPO key": (
         ["ppo.clip_range=0.2"],
-        "ppo.clip_range: not a field of TRL's PPOConfig (did you mean 'cliprange'?)",
+        "ppo.clip_range: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments fields) "
+        "(did you mean 'cliprange'?)",
     ),
 }
 
@@ -509,23 +500,54 @@ def test_bad_ppo_settings_exit_2(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_pad_token_equal_to_eos_is_refused(tmp_path: Path) -> None:
-    folder = pad_is_eos_tokenizer(tmp_path)
-    result = run_entry(
+# --------------------------------------------------------------------------------------------------
+# Chat-model tokenizers: pad == EOS, or no pad token at all
+# --------------------------------------------------------------------------------------------------
+
+
+def save_tokenizer_variant(folder: Path, kind: str) -> Path:
+    """The embedded tokenizer with its pad token set to EOS (most chat models), or with neither pad nor
+    UNK (Llama-3 style: the run's pad falls back to EOS)."""
+    tokenizer = build_tokenizer()
+    if kind == "pad is eos":
+        tokenizer.pad_token = tokenizer.eos_token
+    else:
+        tokenizer.pad_token = None
+        tokenizer.unk_token = None
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+@pytest.mark.parametrize("kind", ["pad is eos", "no pad token"])
+def test_chat_style_tokenizers_train_under_both_algorithms(tmp_path: Path, kind: str, algorithm: str) -> None:
+    """Both algorithms train with such a tokenizer, on prompts of different lengths (left padding with
+    EOS), and `final/` keeps the tokenizer as the user gave it."""
+    folder = save_tokenizer_variant(tmp_path / "tokenizer", kind)
+    recipe = load_recipe(
+        REPO / "recipes" / "arithmetic" / f"{algorithm}.yaml",
         [
-            "train",
-            str(PPO_RECIPE),
-            "--set",
             f"model.tokenizer={folder}",
-            "--set",
+            "data.arithmetic.max_operand=30",
+            "training.per_device_batch_size=16",
+            "training.max_steps=2",
+            "grpo.num_generations=4",
             f"run.output_dir={tmp_path / 'run'}",
+            "monitoring.wandb.mode=disabled",
+            "monitoring.progress=false",
         ],
-        launcher=[LLM_RL],
-        timeout=120,
     )
-    assert result.returncode == 2
-    assert "pad token distinct from EOS" in result.stderr
-    assert not (tmp_path / "run").exists()
+    summary = train(recipe)
+    assert (summary["status"], summary["steps"]) == ("completed", 2)
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert all(math.isfinite(row["reward/mean"]) and math.isfinite(row["loss/policy"]) for row in rows)
+    saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "final")
+    given = AutoTokenizer.from_pretrained(folder)
+    assert (saved.pad_token, saved.unk_token, saved.eos_token) == (
+        given.pad_token,
+        given.unk_token,
+        given.eos_token,
+    )
 
 
 def test_tokenized_prompts_keep_their_row_index() -> None:
@@ -540,8 +562,8 @@ def test_lora_policy_trains_with_the_adapter_off_as_reference(tmp_path: Path) ->
     """With LoRA on there is no second policy copy: the reference is the policy with its adapter off."""
     recipe = small_ppo_recipe(tmp_path / "run", "model.lora.enabled=true", "model.lora.r=4")
     trainer, components = build_ppo_trainer(recipe)
-    assert trainer.ref_model is None and trainer.is_peft_model
-    policy = trainer.accelerator.unwrap_model(trainer.model).policy
+    assert trainer.reference is None and trainer.is_peft_model
+    policy = trainer.model.policy
     lora_before = {k: v.clone() for k, v in policy.state_dict().items() if "lora_B" in k}
     trainer.train()
     lora_after = {k: v for k, v in policy.state_dict().items() if "lora_B" in k}
@@ -607,8 +629,8 @@ def test_reward_adapter_counts_skipped_samples() -> None:
         ]
     )
     adapter = RewardAdapter(rewards, rows, tokenizer)
-    responses = torch.tensor([[tokenizer.convert_tokens_to_ids("4"), tokenizer.eos_token_id]] * 3)
-    scores, values = adapter(torch.tensor([0, 1, 2]), responses)
+    completion = [tokenizer.convert_tokens_to_ids("4"), tokenizer.eos_token_id]
+    scores, values = adapter([0, 1, 2], [completion] * 3)
     assert torch.isnan(values[:, 0]).tolist() == [True, False, True]
     assert scores.tolist() == [0.0, 2.0, 0.0]
     assert adapter.take_skipped() == {"nan_for_odd_answers": 2}

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from llm_rl.errors import RecipeError
-from llm_rl.recipe import load_recipe
+from llm_rl.recipe import PPO_REFUSED_KEYS, PPOSettings, load_recipe, ppo_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,20 @@ BAD_RECIPES = [
         {"grpo": {"learning_rate": 0.1}},
         "grpo.learning_rate: set by the shared section; use training.learning_rate",
     ),
-    ({"ppo": {"kl_coeff": 0.1}}, "ppo.kl_coeff: not a field of TRL's PPOConfig (did you mean 'kl_coef'?)"),
+    (
+        {"ppo": {"kl_coeff": 0.1}},
+        "ppo.kl_coeff: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments fields) (did you mean 'kl_coef'?)",
+    ),
+    ({"ppo": {"kl_estimator": "k2"}}, "ppo.kl_estimator: input should be 'k1' or 'k3'"),
+    (
+        {"ppo": {"reward_model_path": "/rm"}},
+        "ppo.reward_model_path: not used by llm_rl's PPO: a reward model is a reward",
+    ),
+    (
+        {"ppo": {"batch_size": 64}},
+        "ppo.batch_size: not used by llm_rl's PPO: computed from training.per_device_batch_size",
+    ),
+    ({"ppo": {"num_sample_generations": 10}}, "ppo.num_sample_generations: input should be 0"),
     (
         {"training": {"per_device_batch_size": 6}, "grpo": {"num_generations": 4}},
         "is not a multiple of the group size 4",
@@ -189,3 +202,40 @@ def test_defaults_follow_the_contract() -> None:
     assert recipe.early_stopping.patience == 5
     assert recipe.model.trust_remote_code is False
     assert recipe.monitoring.wandb.mode == "auto"
+
+
+# TRL 1.12's PPOConfig keys that keep their meaning, with its defaults (trl/experimental/ppo/ppo_config.py).
+TRL_PPO_DEFAULTS = {
+    "num_ppo_epochs": 4,
+    "num_mini_batches": 1,
+    "kl_coef": 0.05,
+    "kl_estimator": "k1",
+    "cliprange": 0.2,
+    "cliprange_value": 0.2,
+    "vf_coef": 0.1,
+    "gamma": 1.0,
+    "lam": 0.95,
+    "whiten_rewards": False,
+    "missing_eos_penalty": None,
+    "stop_token_id": None,
+    "local_rollout_forward_batch_size": 64,
+    "ds3_gather_for_generation": True,
+    "dataset_num_proc": None,
+}
+
+
+def test_ppo_section_keeps_trl_names_and_defaults(tmp_path: Path) -> None:
+    defaults = PPOSettings()
+    for key, value in TRL_PPO_DEFAULTS.items():
+        assert getattr(defaults, key) == value, key
+    # Two defaults are llm_rl's (as before): responses end at EOS, and no sample tables.
+    assert (defaults.stop_token, defaults.num_sample_generations) == ("eos", 0)
+    every_key = {**TRL_PPO_DEFAULTS, "missing_eos_penalty": 1.0, "stop_token": None, "stop_token_id": 7}
+    recipe = load_recipe(
+        write(tmp_path / "all.yaml", {"algorithm": "ppo", "ppo": {**every_key, "adam_beta2": 0.99}})
+    )
+    settings = ppo_settings(recipe)
+    assert settings.stop_token_id == 7 and settings.training_arguments == {"adam_beta2": 0.99}
+    for key in PPO_REFUSED_KEYS:
+        with pytest.raises(RecipeError, match=f"ppo.{key}: not used by llm_rl's PPO"):
+            load_recipe(write(tmp_path / "refused.yaml", {"ppo": {key: 1}}))

@@ -80,7 +80,7 @@ def test_grpo_trains_with_it_as_a_reward_function(embedded_reward_model: Path, t
 def test_ppo_trains_with_it_as_reward_model_and_critic_start(
     embedded_reward_model: Path, tmp_path: Path
 ) -> None:
-    from llm_rl.value_model import load_value_model
+    from llm_rl.ppo.critic import load_value_model
 
     final = embedded_reward_model / "final"
     recipe = rl_recipe("ppo", tmp_path, final, "ppo.value_model=reward_model")

@@ -235,10 +235,10 @@ def test_a_ppo_schedule_reaches_the_loss(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("choice", ["group", "batch", "none"])
 def test_grpo_normalisation_reaches_trl(choice: str) -> None:
-    from llm_rl.grpo import trl_config
+    from llm_rl.grpo import trainer_config
 
     recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [f"advantages.normalize={choice}"])
-    assert trl_config(recipe).scale_rewards == choice
+    assert trainer_config(recipe).scale_rewards == choice
 
 
 def test_ppo_whitening_settings_reach_the_trainer(tmp_path: Path) -> None:
@@ -254,7 +254,7 @@ def test_ppo_whitening_settings_reach_the_trainer(tmp_path: Path) -> None:
     recipe = load_recipe(REPO / "recipes" / "arithmetic" / "ppo.yaml", overrides)
     trainer = build_trainer(build_components(recipe), [])
     assert trainer.whiten_advantages is False
-    assert trainer.args.whiten_rewards is True
+    assert trainer.settings.whiten_rewards is True
     default = load_recipe(REPO / "recipes" / "arithmetic" / "ppo.yaml", overrides[:1] + overrides[3:])
     assert build_trainer(build_components(default), []).whiten_advantages is True
 

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from llm_rl.errors import ModelError, UserInputError
-from llm_rl.models import load_policy, load_tokenizer, model_dtype, resolve_model_path
+from llm_rl.models import load_policy, load_tokenizer, model_dtype, resolve_model_path, training_tokenizer
 from llm_rl.recipe import ModelSection
 from llm_rl.tasks import format_answer, format_prompt
 from llm_rl.tiny_model import (
@@ -246,30 +246,29 @@ def save_tokenizer_without_pad(folder: Path, tiny_path: Path, unk: bool) -> Path
     return folder
 
 
-def test_load_tokenizer_sets_a_pad_token_distinct_from_eos(tmp_path: Path, tiny_path: Path) -> None:
+def test_training_tokenizer_pads_with_unk_when_there_is_no_pad(tmp_path: Path, tiny_path: Path) -> None:
     folder = save_tokenizer_without_pad(tmp_path / "tok", tiny_path, unk=True)
-    tokenizer = load_tokenizer(ModelSection(policy=str(folder)))
-    assert tokenizer.pad_token == UNK
-    assert tokenizer.pad_token_id != tokenizer.eos_token_id
-    assert tokenizer.padding_side == "left"
+    given = load_tokenizer(ModelSection(policy=str(folder)))
+    tokenizer = training_tokenizer(given)
+    assert (tokenizer.pad_token, tokenizer.padding_side) == (UNK, "left")
+    assert len(tokenizer) == len(given), "no new token: the embeddings keep their size"
+    assert given.pad_token is None, "the user's tokenizer stays as it was: run folders save it"
 
 
-def test_load_tokenizer_falls_back_to_eos_without_unk(tmp_path: Path, tiny_path: Path) -> None:
+def test_training_tokenizer_falls_back_to_eos_without_unk(tmp_path: Path, tiny_path: Path) -> None:
     folder = save_tokenizer_without_pad(tmp_path / "tok", tiny_path, unk=False)
-    tokenizer = load_tokenizer(ModelSection(policy=str(folder)))
-    assert tokenizer.pad_token == EOS
-    assert tokenizer.padding_side == "left"
+    tokenizer = training_tokenizer(load_tokenizer(ModelSection(policy=str(folder))))
+    assert (tokenizer.pad_token, tokenizer.padding_side) == (EOS, "left")
 
 
 def test_load_tokenizer_keeps_an_existing_pad_and_prefers_model_tokenizer(
     tmp_path: Path, tiny_path: Path
 ) -> None:
-    tokenizer = load_tokenizer(ModelSection())
-    assert tokenizer.pad_token == PAD
+    assert training_tokenizer(load_tokenizer(ModelSection())).pad_token == PAD
     # `model.tokenizer` wins over the policy's own tokenizer.
     folder = save_tokenizer_without_pad(tmp_path / "tok", tiny_path, unk=True)
     other = load_tokenizer(ModelSection(tokenizer=str(folder)))
-    assert other.pad_token == UNK
+    assert other.pad_token is None and training_tokenizer(other).pad_token == UNK
 
 
 def test_load_tokenizer_error_is_a_model_error(tmp_path: Path, tiny_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""PPO's critic: a sequence-classification model with one output, read per token by TRL's PPO.
+"""PPO's critic: a sequence-classification model with one output, read at every response position.
 
 `ppo.value_model` says where its weights come from:
 
@@ -77,7 +77,7 @@ def load_value_model(recipe: Recipe, policy_path: str, tokenizer: PreTrainedToke
         ) from None
     if not hasattr(model, "score"):
         raise ModelError(
-            f"ppo.value_model: {type(model).__name__} has no `score` head, which TRL's PPO reads values from",
+            f"ppo.value_model: {type(model).__name__} has no `score` head, which PPO reads values from",
             where=folder,
         )
     if folder != policy_path:

@@ -1,0 +1,88 @@
+"""PPO's rollout pieces on the embedded model: generation behind its interface, and forward passes that
+never run the LM head on prompt positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from llm_rl.completions import response_lengths
+from llm_rl.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
+from llm_rl.ppo.generation import HFGenerator, SamplingSettings
+from llm_rl.ppo.rollout import join_sequences
+from llm_rl.tiny_model import build_tokenizer, tiny_model_path
+
+
+@pytest.fixture(scope="module")
+def policy() -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts of different lengths, as the prompt loader batches them."""
+    tokenizer = build_tokenizer()
+    batch = tokenizer.pad({"input_ids": [tokenizer(p)["input_ids"] for p in ["3+4=", "12+9=", "7+1="] * 2]})
+    return torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"]).bool()
+
+
+def generate(policy, prompts, **settings) -> torch.Tensor:
+    tokenizer = build_tokenizer()
+    sampling = SamplingSettings(
+        **{"max_new_tokens": 6, "temperature": 1.0, "pad_token_id": tokenizer.pad_token_id, **settings}
+    )
+    wrapper = PolicyAndCritic(
+        policy, AutoModelForSequenceClassification.from_pretrained(tiny_model_path(), num_labels=1)
+    )
+    generator = HFGenerator(lambda: wrapper, Accelerator(cpu=True), sampling, chunk_size=4)
+    torch.manual_seed(0)
+    return generator.generate(*prompts).completion_ids
+
+
+def test_completions_stop_at_the_stop_token_and_are_padded_after_it(policy, prompts) -> None:
+    eos, pad = build_tokenizer().eos_token_id, build_tokenizer().pad_token_id
+    completions = generate(policy, prompts, stop_token_ids=[eos])
+    assert completions.shape[0] == 6 and completions.shape[1] <= 6
+    lengths = response_lengths(completions, [eos])
+    for row, length in zip(completions.tolist(), lengths.tolist(), strict=True):
+        assert all(token == pad for token in row[length + 1 :]), "nothing but padding after the stop"
+    assert (completions == eos).any(), "the warmed-up model ends some sums"
+
+
+def test_without_a_stop_token_completions_run_to_the_length_limit(policy, prompts) -> None:
+    """`ppo.stop_token: null`: the model's own EOS does not end a completion either."""
+    completions = generate(policy, prompts, stop_token_ids=[], max_new_tokens=5)
+    assert completions.shape == (6, 5)
+
+
+def test_min_new_tokens_holds_the_stop_token_back(policy, prompts) -> None:
+    eos = build_tokenizer().eos_token_id
+    completions = generate(policy, prompts, stop_token_ids=[eos], min_new_tokens=4)
+    assert (response_lengths(completions, [eos]) >= 3).all()
+
+
+def test_logprobs_and_values_run_the_heads_on_response_positions_only(policy, prompts) -> None:
+    """The LM head sees `width + 1` positions a call, `chunk_size` rows at most: never the prompt's."""
+    eos, pad = build_tokenizer().eos_token_id, build_tokenizer().pad_token_id
+    completions = generate(policy, prompts, stop_token_ids=[eos], min_new_tokens=3)
+    lengths = response_lengths(completions, [eos])
+    ids, attention = join_sequences(*prompts, completions, lengths)
+    width = completions.shape[1]
+    shapes: list[torch.Size] = []
+    hook = policy.lm_head.register_forward_hook(lambda module, args, output: shapes.append(output.shape))
+    try:
+        logprobs = chunked_logprobs(
+            policy, ids, attention, width, temperature=1.0, pad_token_id=pad, chunk_size=4
+        )
+    finally:
+        hook.remove()
+    assert [shape[:2] for shape in shapes] == [(4, width + 1), (2, width + 1)]
+    # The same log-probs as a full forward over every position, read at the response.
+    full = policy(**model_inputs(ids, attention, pad)).logits[:, -width - 1 : -1].log_softmax(-1)
+    expected = full.gather(-1, completions[..., None]).squeeze(-1)
+    assert torch.allclose(logprobs, expected, atol=1e-5)
+    critic = AutoModelForSequenceClassification.from_pretrained(tiny_model_path(), num_labels=1)
+    values = chunked_values(critic, ids, attention, width, pad_token_id=pad, chunk_size=4)
+    assert values.shape == (6, width)
