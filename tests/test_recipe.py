@@ -204,7 +204,7 @@ def test_defaults_follow_the_contract() -> None:
     assert recipe.monitoring.wandb.mode == "auto"
 
 
-# TRL 1.12's PPOConfig keys that keep their meaning, with its defaults (trl/experimental/ppo/ppo_config.py).
+# TRL 1.12's PPOConfig keys that keep their meaning, with its defaults (its ppo_config.py).
 TRL_PPO_DEFAULTS = {
     "num_ppo_epochs": 4,
     "num_mini_batches": 1,
