@@ -407,7 +407,7 @@ class PPOSettings(BaseModel):
     # Where a response ends: "eos" at the first EOS token (every EOS id of the policy's generation config
     # counts); null at the length limit only. TRL's default is null; llm_rl's is eos, for chat models.
     stop_token: Literal["eos"] | None = "eos"
-    # A token id that ends responses instead of EOS (stop_token must then be null).
+    # A token id that ends responses instead of EOS (then stop_token is not set, or null).
     stop_token_id: int | None = Field(None, ge=0)
     # Rollout sequences per no-grad forward pass (log-probs, reference, values) and per generate call.
     local_rollout_forward_batch_size: int = Field(64, gt=0)

@@ -473,6 +473,10 @@ BAD_PPO = {
         "would never train",
     ),
     "critic learning rate of the wrong type": (["ppo.critic_learning_rate=fast"], "ppo.critic_learning_rate"),
+    "two stop tokens": (
+        ["ppo.stop_token=eos", "ppo.stop_token_id=3"],
+        "ppo.stop_token and ppo.stop_token_id",
+    ),
     "missing value model folder": (["ppo.value_model=/no/such/critic"], "/no/such/critic"),
     "value model from a reward model that is not there": (
         ["ppo.value_model=reward_model"],
@@ -548,6 +552,18 @@ def test_chat_style_tokenizers_train_under_both_algorithms(tmp_path: Path, kind:
         given.unk_token,
         given.eos_token,
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [([], "eos"), (["ppo.stop_token_id=11"], [11]), (["ppo.stop_token=null"], [])],
+)
+def test_stop_tokens_follow_the_ppo_section(tmp_path: Path, overrides: list[str], expected) -> None:
+    """EOS by default (every EOS id), a given id instead (TRL's stop_token_id), or none at all."""
+    recipe = small_ppo_recipe(tmp_path / "run", *overrides)
+    components = build_components(recipe)
+    ids = ppo.stop_token_ids(ppo.ppo_settings(recipe), components)
+    assert ids == ([components.tokenizer.eos_token_id] if expected == "eos" else expected)
 
 
 def test_tokenized_prompts_keep_their_row_index() -> None:

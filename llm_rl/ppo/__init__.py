@@ -114,10 +114,8 @@ def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
             f"ppo.whiten_rewards needs at least 8 samples per mini-batch and process (here {mini_batch}): "
             "whitening over fewer is noise"
         )
-    if settings.stop_token is not None and settings.stop_token_id is not None:
-        raise RecipeError(
-            "ppo.stop_token and ppo.stop_token_id both set: give one (stop_token: null to use stop_token_id)"
-        )
+    if recipe.ppo.get("stop_token") is not None and settings.stop_token_id is not None:
+        raise RecipeError("ppo.stop_token and ppo.stop_token_id both set: give one")
     steps = steps_for_budget(recipe, samples_per_step(recipe))
     if settings.critic_warmup_steps >= steps:
         raise RecipeError(
@@ -153,7 +151,8 @@ def reference_model(recipe: Recipe) -> PreTrainedModel | None:
 
 
 def stop_token_ids(settings: PPOSettings, components: Components) -> list[int]:
-    """The token ids that end a response: every EOS id (`stop_token: eos`), the one given, or none."""
+    """The token ids that end a response: `stop_token_id` when given (it replaces the default
+    `stop_token: eos`), every EOS id with `stop_token: eos`, or none."""
     if settings.stop_token_id is not None:
         return [settings.stop_token_id]
     if settings.stop_token == "eos":
