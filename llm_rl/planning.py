@@ -231,8 +231,9 @@ def estimate(
     )
     generation = kv_cache_bytes(policy, generation_batch(recipe), tokens)
     if strategy.zero_stage == 3:
-        # Generation gathers the whole policy (ds3_gather_for_generation, on by default).
-        generation += WEIGHT_BYTES * policy.parameters
+        # Generation gathers the whole engine (ds3_gather_for_generation, on by default): the policy, and
+        # PPO's critic, which trains in one engine with it.
+        generation += WEIGHT_BYTES * (policy.parameters + sum(m.parameters for m in critics))
     return Estimate(
         strategy=strategy,
         trainable=sum(trainable_bytes(m.parameters, gpus, strategy) for m in trainable),

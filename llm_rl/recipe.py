@@ -411,7 +411,8 @@ class PPOSettings(BaseModel):
     stop_token_id: int | None = Field(None, ge=0)
     # Rollout sequences per no-grad forward pass (log-probs, reference, values) and per generate call.
     local_rollout_forward_batch_size: int = Field(64, gt=0)
-    # Under DeepSpeed ZeRO-3: gather the whole policy for generation (fast; needs it to fit on one GPU).
+    # Under DeepSpeed ZeRO-3: gather the whole policy (and the critic, one engine with it) to generate
+    # (fast; needs both to fit on one GPU), or generate shard by shard.
     ds3_gather_for_generation: bool = True
     # Processes that tokenize the prompts; None: this process.
     dataset_num_proc: int | None = Field(None, gt=0)

@@ -74,6 +74,16 @@ def sync_deepspeed_clipping(max_grad_norm: float | None) -> None:
         )
 
 
+def deepspeed_config_sections(*names: str) -> list[str]:
+    """Which of these top-level sections the launch's DeepSpeed config sets (none without DeepSpeed)."""
+    if not under_deepspeed():
+        return []
+    from accelerate.utils import DeepSpeedPlugin
+
+    config = DeepSpeedPlugin().deepspeed_config
+    return [name for name in names if name in config]
+
+
 # (trainer state, log) -> prompt-completion pairs consumed so far.
 SampleCounter = Callable[[Any, dict[str, Any]], int]
 

@@ -130,3 +130,24 @@ def test_deepspeed_clipping_that_disagrees_is_an_error(deepspeed_launch: pytest.
     with pytest.raises(RecipeError, match=r"is null \(no clipping\)"):
         sync_deepspeed_clipping(None)
     assert os.environ[DEEPSPEED_CLIPPING_VARIABLE] == "1.0"
+
+
+def test_ppo_refuses_a_deepspeed_optimizer_that_would_replace_its_own(
+    deepspeed_launch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A DeepSpeed config's optimizer has one parameter group: the critic's learning rate and warm-up
+    would be lost without a word."""
+    from llm_rl import ppo
+    from llm_rl.recipe import load_recipe
+
+    config = tmp_path / "ds.json"
+    config.write_text(
+        json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "gradient_clipping": "auto",
+                    "zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"})
+    )  # fmt: skip
+    deepspeed_launch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(config))
+    recipe = load_recipe(REPO / "recipes" / "arithmetic" / "ppo.yaml", [f"run.output_dir={tmp_path / 'run'}"])
+    with pytest.raises(
+        RecipeError, match="the DeepSpeed config sets optimizer, which would replace PPO's own"
+    ):
+        ppo.trainer_config(recipe)

@@ -69,7 +69,8 @@ def test_ppo_under_zero3_matches_the_hand_count(config_only: Path) -> None:
     tokens = 32 + 16
     kept = 2 * 4 * tokens * 64 * 2 + 34 * 4 * tokens * 64  # checkpointed layer inputs + one layer
     assert zero3.activations == (kept + 4 * 4 * 16 * 1000) + kept  # policy (completion logits) + critic
-    assert zero3.generation == 2 * 2 * 32 * tokens * 4 * 2 + 2 * POLICY  # KV cache + the gathered policy
+    # KV cache + the gathered engine: policy and critic
+    assert zero3.generation == 2 * 2 * 32 * tokens * 4 * 2 + 2 * POLICY + 2 * CRITIC
     offload = by_name(result, "ZeRO-3 + CPU offload")
     assert offload.trainable == 2 * POLICY // 8 + 2 * CRITIC // 8
 

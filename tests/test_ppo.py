@@ -313,12 +313,16 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 
 
 def test_critic_warmup_freezes_the_policy_while_the_critic_learns(tmp_path: Path) -> None:
+    """The policy is left out of the warm-up's optimizer steps altogether: no Adam state builds up."""
     recipe = small_ppo_recipe(tmp_path / "run", "training.max_steps=3", "ppo.critic_warmup_steps=2")
     trainer, _ = build_ppo_trainer(recipe)
     wrapper = trainer.model
     history = [(weights(wrapper.policy), weights(wrapper.critic))]
-    trainer.add_callback(RecordWeights(wrapper, history))
+    recorder = RecordWeights(wrapper, history)
+    trainer.add_callback(recorder)
     trainer.train()
+    policy_parameters = set(wrapper.policy.parameters())
+    assert recorder.policy_optimizer_states == [0, 0, len(policy_parameters)]
     assert len(history) == 4
     (policy_0, critic_0), (policy_1, critic_1), (policy_2, critic_2), (policy_3, _) = history
     assert not changed(policy_0, policy_1) and not changed(policy_1, policy_2), "policy moved during warm-up"
@@ -327,13 +331,37 @@ def test_critic_warmup_freezes_the_policy_while_the_critic_learns(tmp_path: Path
 
 
 class RecordWeights(TrainerCallback):
-    """Copies the policy and critic weights after every update."""
+    """Copies the policy and critic weights after every update, and counts the policy's parameters that
+    have optimizer state."""
 
     def __init__(self, wrapper, history) -> None:
         self.wrapper, self.history = wrapper, history
+        self.policy_optimizer_states: list[int] = []
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
         self.history.append((weights(self.wrapper.policy), weights(self.wrapper.critic)))
+        policy = set(self.wrapper.policy.parameters())
+        self.policy_optimizer_states.append(
+            sum(1 for p, own in optimizer.state.items() if p in policy and own)
+        )
+
+
+def test_optimizer_groups_each_model_and_spares_biases_and_norms_weight_decay(tmp_path: Path) -> None:
+    recipe = small_ppo_recipe(tmp_path / "run", "training.weight_decay=0.1", "ppo.critic_learning_rate=0.01")
+    trainer, _ = build_ppo_trainer(recipe)
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    groups = trainer.create_optimizer().param_groups
+    assert sorted((g["name"], g["weight_decay"]) for g in groups) == [
+        ("policy", 0.0), ("policy", 0.1), ("value", 0.0), ("value", 0.1)
+    ]  # fmt: skip
+    for group in groups:
+        model = "policy." if group["name"] == "policy" else "critic."
+        assert all(names[id(p)].startswith(model) for p in group["params"])
+        assert group["lr"] == (recipe.training.learning_rate if group["name"] == "policy" else 0.01)
+        norms = [names[id(p)] for p in group["params"] if "norm" in names[id(p)]]
+        assert bool(norms) == (group["weight_decay"] == 0.0), "norm weights decay-free, the rest decayed"
+    covered = sum(len(g["params"]) for g in groups)
+    assert covered == sum(1 for p in trainer.model.parameters() if p.requires_grad)
 
 
 def post_clip_norms(trainer) -> list[tuple[float, float]]:

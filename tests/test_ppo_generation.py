@@ -86,3 +86,20 @@ def test_logprobs_and_values_run_the_heads_on_response_positions_only(policy, pr
     critic = AutoModelForSequenceClassification.from_pretrained(tiny_model_path(), num_labels=1)
     values = chunked_values(critic, ids, attention, width, pad_token_id=pad, chunk_size=4)
     assert values.shape == (6, width)
+
+
+def test_the_model_generation_config_does_not_reshape_sampling(policy, prompts) -> None:
+    """A checkpoint's repetition penalty or n-gram ban would make sampling differ from the softmax the
+    log-probs assume: rollouts sample with the recipe's settings alone, and the model keeps its own."""
+    eos = build_tokenizer().eos_token_id
+    plain = generate(policy, prompts, stop_token_ids=[eos], min_new_tokens=5)
+    saved = policy.generation_config
+    policy.generation_config = saved.__class__(
+        **{**saved.to_dict(), "no_repeat_ngram_size": 1, "repetition_penalty": 50.0}
+    )
+    try:
+        with_model_settings = generate(policy, prompts, stop_token_ids=[eos], min_new_tokens=5)
+        assert policy.generation_config.no_repeat_ngram_size == 1, "the model's own config is restored"
+    finally:
+        policy.generation_config = saved
+    assert torch.equal(plain, with_model_settings)

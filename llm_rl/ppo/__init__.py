@@ -27,6 +27,7 @@ from llm_rl.recipe import PPOSettings, Recipe, ppo_settings
 from llm_rl.schedules import start_values
 from llm_rl.training_args import (
     SampleCounter,
+    deepspeed_config_sections,
     sample_counter,
     shared_training_args,
     steps_for_budget,
@@ -85,6 +86,7 @@ def trainer_config(recipe: Recipe) -> TrainingArguments:
     mini-batch (one optimizer step)."""
     settings = ppo_settings(recipe)
     check_settings(recipe, settings)
+    check_deepspeed_optimizer()
     fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
     fields["gradient_accumulation_steps"] = (
         recipe.training.gradient_accumulation_steps // settings.num_mini_batches
@@ -121,6 +123,17 @@ def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
         raise RecipeError(
             f"ppo.critic_warmup_steps ({settings.critic_warmup_steps}) is not below the run's {steps} updates: "
             "the policy would never train"
+        )
+
+
+def check_deepspeed_optimizer() -> None:
+    """PPO builds its own optimizer and scheduler; one from the DeepSpeed config would replace them."""
+    sections = deepspeed_config_sections("optimizer", "scheduler")
+    if sections:
+        raise RecipeError(
+            f"the DeepSpeed config sets {' and '.join(sections)}, which would replace PPO's own: one optimizer "
+            "with the policy and the critic in groups of their own (ppo.critic_learning_rate, "
+            "ppo.critic_warmup_steps) and the recipe's schedule; remove them and set training.* instead"
         )
 
 

@@ -35,9 +35,10 @@ def model_inputs(
 
 
 def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether a causal LM's forward can compute logits for the last positions only (a peft model passes
-    the argument on to its base model)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    """Whether a causal LM's forward can compute logits for the last positions only (a peft model and a
+    DeepSpeed engine pass the argument on to the model they hold)."""
+    base = getattr(model, "module", model)  # a DeepSpeed engine (the reference under ZeRO) holds its model
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
     return logits_to_keep_in(type(base))
 
 
@@ -90,7 +91,8 @@ def chunked_logprobs(
     """[batch, width] log-probabilities of the response tokens (the last `width`), a chunk at a time."""
 
     def logprobs(inputs: dict[str, torch.Tensor], chunk_ids: torch.Tensor) -> torch.Tensor:
-        logits = response_logits(policy, inputs, width)
+        # In fp32, as the training forward's logits are (accelerate returns them so under mixed precision).
+        logits = response_logits(policy, inputs, width).float()
         return selective_log_softmax(logits, chunk_ids[:, -width:], temperature=temperature)
 
     return in_chunks(logprobs, ids, attention_mask, pad_token_id, chunk_size)

@@ -77,24 +77,29 @@ class SamplingSettings:
 
 
 @contextmanager
-def only_stop_tokens(policy: torch.nn.Module, stop_token_ids: list[int]) -> Iterator[None]:
-    """With no stop token, hide the model's own EOS while generating: transformers falls back to it when
-    the sampling configuration names none."""
-    config = policy.generation_config
-    saved = config.eos_token_id
-    if not stop_token_ids:
-        config.eos_token_id = None
+def sampling_only(policy: torch.nn.Module, config: GenerationConfig) -> Iterator[None]:
+    """While generating, `config` stands in for the model's own generation config.
+
+    transformers fills every setting the call leaves unset from the model's config: a checkpoint's
+    `repetition_penalty` or `no_repeat_ngram_size` would then reshape the sampling distribution while
+    PPO's log-probs assume plain softmax(logits / temperature), and its EOS would end completions when
+    `ppo.stop_token` is null.
+    """
+    model = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    saved = model.generation_config
+    model.generation_config = config
     try:
         yield
     finally:
-        config.eos_token_id = saved
+        model.generation_config = saved
 
 
 class HFGenerator:
     """transformers' `generate` on the policy being trained, `chunk_size` prompts a call.
 
-    Under DeepSpeed ZeRO-3 the policy's shards are gathered for generation when `gather_zero3` is on
-    (fast, needs the whole policy to fit on one device), and generated shard by shard otherwise.
+    Under DeepSpeed ZeRO-3 the shards of the engine's models (the policy and the critic, which train as
+    one engine) are gathered for generation when `gather_zero3` is on (fast, needs both to fit on one
+    device), and generated shard by shard otherwise.
     `policy_of` picks the policy out of the model the trainer prepared (the policy-and-critic wrapper).
     """
 
@@ -123,7 +128,7 @@ class HFGenerator:
             self.model(), self.accelerator, gather_deepspeed3_params=self.gather_zero3
         ) as unwrapped:
             policy = self.policy_of(unwrapped)
-            with only_stop_tokens(policy, self.sampling.stop_token_ids):
+            with sampling_only(policy, config):
                 for start in range(0, prompt_ids.shape[0], self.chunk_size):
                     sequences = policy.generate(
                         input_ids=prompt_ids[start : start + self.chunk_size],

@@ -153,21 +153,27 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         return reference.to(self.accelerator.device)
 
     def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
-        """One optimizer with a policy group and a critic group, each with its own learning rate."""
+        """One optimizer, the policy's parameters and the critic's in groups of their own, each model at its
+        own learning rate; biases and norm weights without weight decay, as `Trainer` has them."""
         if self.optimizer is None:
             optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
             optimizer_kwargs.pop("lr", None)
             critic_lr = self.settings.critic_learning_rate
-            groups = [
-                {"name": POLICY_GROUP, "params": trainable(self.model.policy), "lr": self.args.learning_rate},
-                {
-                    "name": VALUE_GROUP,
-                    "params": trainable(self.model.critic),
-                    "lr": self.args.learning_rate if critic_lr is None else critic_lr,
-                },
-            ]
-            for group in groups:
-                group["weight_decay"] = self.args.weight_decay
+            decayed = set(self.get_decay_parameter_names(self.model))
+            groups = []
+            for name, learning_rate in (
+                (POLICY_GROUP, self.args.learning_rate),
+                (VALUE_GROUP, self.args.learning_rate if critic_lr is None else critic_lr),
+            ):
+                prefix = "policy" if name == POLICY_GROUP else "critic"
+                parameters = [(n, p) for n, p in self.model.named_parameters() if n.startswith(f"{prefix}.")]
+                for decay in (True, False):
+                    own = [p for n, p in parameters if p.requires_grad and (n in decayed) == decay]
+                    if own:
+                        weight_decay = self.args.weight_decay if decay else 0.0
+                        groups.append(
+                            {"name": name, "params": own, "lr": learning_rate, "weight_decay": weight_decay}
+                        )
             self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
         return self.optimizer
 
@@ -250,7 +256,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         self.model_wrapped.train()
         while self.state.global_step < self.state.max_steps and not self.control.should_training_stop:
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
-            warming_up = self.state.global_step < self.settings.critic_warmup_steps
+            warming_up = self.warming_up
             self.freeze_policy(warming_up)
             rollout = self.rollout(next(batches))
             stats = self.optimise(rollout)
@@ -266,8 +272,17 @@ class PPOTrainer(StagedCheckpoints, Trainer):
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
 
+    @property
+    def warming_up(self) -> bool:
+        """Whether this update is one of the critic's warm-up updates (`ppo.critic_warmup_steps`)."""
+        return self.state.global_step < self.settings.critic_warmup_steps
+
     def freeze_policy(self, frozen: bool) -> None:
-        """Critic warm-up: a learning rate of 0 for the policy group (the scheduler restores it each update)."""
+        """Critic warm-up: a learning rate of 0 for the policy groups (the scheduler restores it each update).
+
+        The loss gives the policy no gradient then either (`micro_batch_loss`), so nothing moves it, not
+        even weight decay, and a joint clipping norm (DeepSpeed's) is the critic's alone.
+        """
         if frozen:
             for group in self.optimizer.param_groups:
                 if group.get("name") == POLICY_GROUP:
@@ -404,6 +419,9 @@ class PPOTrainer(StagedCheckpoints, Trainer):
                 accelerator.backward(loss / len(micro_batches), **backward_kwargs)
             for key, value in micro_stats.items():
                 stats.setdefault(key, []).append(value.detach().float())
+        if self.warming_up and not self.is_deepspeed_enabled:
+            # No gradient: the optimizer leaves the policy alone, its moments and step count too.
+            self.model.policy.zero_grad(set_to_none=True)
         norms = self.clip_gradients()
         self.optimizer.step()
         self.optimizer.zero_grad()
@@ -433,9 +451,12 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             values.float(), batch.values, batch.returns, value_mask, settings.cliprange_value
         )
         mean_entropy = core.masked_mean(entropy, response_mask)
-        loss = policy.loss + settings.vf_coef * value_loss
-        if settings.entropy_coef > 0:
-            loss = loss - settings.entropy_coef * mean_entropy
+        policy_loss = (
+            policy.loss - settings.entropy_coef * mean_entropy if settings.entropy_coef > 0 else policy.loss
+        )
+        # During the critic's warm-up the policy's term weighs 0: its gradients are 0 (every parameter still
+        # takes part, as DDP requires) and are dropped before the step.
+        loss = (0.0 if self.warming_up else 1.0) * policy_loss + settings.vf_coef * value_loss
         stats = {
             "loss/policy_avg": policy.loss.detach(),
             "loss/value_avg": value_loss.detach(),
@@ -559,6 +580,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             self._load_from_checkpoint(checkpoint, model=self.model.policy)
             self._load_from_checkpoint(os.path.join(checkpoint, VALUE_MODEL_DIR), model=self.model.critic)
         self._load_optimizer_and_scheduler(checkpoint)
+        self._load_scaler(checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
         self.state.global_step = saved.global_step
         self.state.epoch = saved.epoch
