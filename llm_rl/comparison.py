@@ -30,7 +30,7 @@ import yaml
 
 from llm_rl.errors import DataError
 from llm_rl.metrics import first_and_last_mean
-from llm_rl.run import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, read_rows, write_atomic
+from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, read_rows, write_atomic
 
 REPORT_FILE = "report.md"
 # The fraction of rows the smoothing window, the start and the end (and the reward spread) cover.

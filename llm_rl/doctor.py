@@ -18,8 +18,7 @@ from typing import Any
 import yaml
 
 from llm_rl.errors import DataError
-from llm_rl.recipe import stage_folder
-from llm_rl.run import METRICS_FILE, RECIPE_FILE, read_rows
+from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, read_rows, stage_folder
 
 # Fewer rows than this say nothing reliable about trends.
 MIN_ROWS = 20

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from llm_rl.checkpoints import list_checkpoints
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models import is_adapter_folder, merged_adapter_path
-from llm_rl.run import FINAL_DIR
+from llm_rl.run_folder import FINAL_DIR
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

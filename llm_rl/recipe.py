@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.run_folder import stage_folder
 
 # ----------------------------------------------------------------------------------------------------
 # Sections
@@ -878,12 +879,6 @@ STAGE_FIXED_DOTTED = {
     "training.total_samples": "give the stage's budget as its own max_steps or total_samples",
     "checkpointing.resume": "a staged run resumes stage by stage by itself",
 }
-STAGES_DIR = "stages"
-
-
-def stage_folder(run_folder: Path, index: int, name: str) -> Path:
-    """Where stage `index` of a staged run trains: `RUN/stages/NN-name`."""
-    return run_folder / STAGES_DIR / f"{index:02d}-{name}"
 
 
 def stage_recipes(recipe: Recipe, run_folder: Path, where: str) -> list[Recipe]:

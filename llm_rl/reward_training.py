@@ -35,7 +35,7 @@ from llm_rl.recipe import (
     read_recipe_file,
 )
 from llm_rl.rewards.reward_model import reward_model_reward
-from llm_rl.run import write_atomic
+from llm_rl.run_folder import write_atomic
 from llm_rl.training_args import device_args
 
 FINAL_DIR = "final"

@@ -32,17 +32,22 @@ from llm_rl.monitoring import make_sinks, wandb_notifier
 from llm_rl.progress import ProgressLine, QuietProgressCallback
 from llm_rl.recipe import Recipe, active_schedules
 from llm_rl.rewards import build_reward_functions
+from llm_rl.run_folder import (
+    FINAL_DIR,
+    METRICS_FILE,
+    RECIPE_FILE,
+    SUMMARY_FILE,
+    checkpoint_step,
+    read_rows,
+    reward_series,
+    write_atomic,
+)
 from llm_rl.schedules import ScheduleCallback
 
 if TYPE_CHECKING:
     from llm_rl.stages import StageContext
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-RECIPE_FILE = "recipe.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "run_summary.json"
-FINAL_DIR = "final"
 
 
 def algorithm_module(algorithm: str) -> ModuleType:
@@ -78,13 +83,6 @@ def build_components(recipe: Recipe) -> Components:
     return Components(recipe, tokenizer, policy, data, rewards, policy_path, saved_tokenizer=saved_tokenizer)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all: a crash never leaves half of it."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    partial.replace(path)
-
-
 def find_resume_checkpoint(recipe: Recipe) -> Path | None:
     """The checkpoint to continue from: `auto` takes the latest complete one in the run folder."""
     resume = recipe.checkpointing.resume
@@ -94,12 +92,6 @@ def find_resume_checkpoint(recipe: Recipe) -> Path | None:
         return Path(resume)
     checkpoints = list_checkpoints(recipe.output_dir)
     return checkpoints[-1] if checkpoints else None
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """The optimizer step a checkpoint was saved at."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    return int(state["global_step"])
 
 
 def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
@@ -142,19 +134,6 @@ def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
             shutil.rmtree(final)
         partial.rename(final)
     return final
-
-
-def read_rows(folder: Path) -> list[dict[str, Any]]:
-    """The metric rows of a run folder."""
-    path = folder / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def reward_series(folder: Path) -> list[float]:
-    """`reward/mean` of every metric row that has one: what best_reward and final_reward are read from."""
-    return [row["reward/mean"] for row in read_rows(folder) if row.get("reward/mean") is not None]
 
 
 def make_summary(

@@ -23,7 +23,7 @@ from llm_rl.models import is_adapter_folder, merged_adapter_path
 from llm_rl.ppo_rewards import RewardAdapter
 from llm_rl.recipe import DataSection, Recipe, load_recipe
 from llm_rl.rewards import build_reward_functions
-from llm_rl.run import RECIPE_FILE
+from llm_rl.run_folder import RECIPE_FILE
 
 
 @dataclass(frozen=True)

@@ -23,18 +23,17 @@ from accelerate import PartialState
 from llm_rl.checkpoints import list_checkpoints
 from llm_rl.metrics import JsonlSink, MetricSink
 from llm_rl.monitoring import make_sinks
-from llm_rl.ppo.critic import VALUE_MODEL_DIR
 from llm_rl.recipe import Recipe, stage_recipes
-from llm_rl.run import (
+from llm_rl.run import is_main_process, train
+from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
     RECIPE_FILE,
     SUMMARY_FILE,
+    VALUE_MODEL_DIR,
     checkpoint_step,
-    is_main_process,
     read_rows,
     reward_series,
-    train,
     write_atomic,
 )
 

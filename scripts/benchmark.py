@@ -253,7 +253,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 def completion_length(run: Path) -> float:
     """Mean generated tokens per completion, from the run's metrics.jsonl."""
-    from llm_rl.run import read_rows
+    from llm_rl.run_folder import read_rows
 
     return statistics.mean(row["completion_length/mean"] for row in read_rows(run))
 

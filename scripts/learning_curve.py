@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llm_rl.metrics import first_and_last_mean  # noqa: E402
-from llm_rl.run import read_rows  # noqa: E402
+from llm_rl.run_folder import read_rows  # noqa: E402
 
 
 def run_seed(algorithm: str, seed: int, output_dir: Path, overrides: list[str]) -> float:

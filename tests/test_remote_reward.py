@@ -160,7 +160,8 @@ def test_a_run_trains_on_the_service_rewards(service, tmp_path, algorithm: str) 
     from conftest import REPO
 
     from llm_rl.recipe import load_recipe
-    from llm_rl.run import read_rows, train
+    from llm_rl.run import train
+    from llm_rl.run_folder import read_rows
 
     state, url = service
     small = ["training.per_device_batch_size=16", "grpo.num_generations=4"] if algorithm == "grpo" else []

@@ -14,7 +14,8 @@ from llm_rl.preferences import PreferenceDataSection, corrupt_solution, load_pre
 from llm_rl.recipe import load_recipe
 from llm_rl.rewards import get_reward
 from llm_rl.rewards.reward_model import reward_model_reward
-from llm_rl.run import build_components, read_rows, train
+from llm_rl.run import build_components, train
+from llm_rl.run_folder import read_rows
 
 ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch", "--num_processes", "1", "--cpu"]
 

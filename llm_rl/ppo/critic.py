@@ -29,8 +29,6 @@ from llm_rl.errors import ModelError, RecipeError, first_line
 from llm_rl.models import model_dtype, resolve_model_path
 from llm_rl.recipe import Recipe, ppo_settings
 
-VALUE_MODEL_DIR = "value_model"
-
 
 def value_model_source(recipe: Recipe, policy_path: str) -> tuple[str, bool]:
     """(folder to load, whether its scalar head is new) for `ppo.value_model`."""

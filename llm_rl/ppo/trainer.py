@@ -47,7 +47,6 @@ from llm_rl.checkpoints import StagedCheckpoints
 from llm_rl.completions import ends_with_stop, response_lengths
 from llm_rl.evaluation import HeldOutReward
 from llm_rl.ppo import core
-from llm_rl.ppo.critic import VALUE_MODEL_DIR
 from llm_rl.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
 from llm_rl.ppo.generation import Generator, HFGenerator, SamplingSettings
 from llm_rl.ppo.rollout import (
@@ -59,6 +58,7 @@ from llm_rl.ppo.rollout import (
 )
 from llm_rl.ppo_rewards import RewardAdapter, reward_metrics
 from llm_rl.recipe import PPOSettings
+from llm_rl.run_folder import VALUE_MODEL_DIR
 from llm_rl.training_args import checkpointing_field
 
 POLICY_GROUP, VALUE_GROUP = "policy", "value"

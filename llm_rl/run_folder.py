@@ -1,0 +1,52 @@
+"""The run folder's layout: the names of its files and folders, and how they are written and read.
+
+`output_dir` holds `recipe.yaml` (the resolved recipe as run), `metrics.jsonl` (a row per logging
+step), `checkpoint-<samples>/`, `final/` (a `save_pretrained` policy and tokenizer; PPO's critic in
+`value_model/`), `run_summary.json`, and for a staged run `stages/NN-name/`, one run folder a stage.
+Training writes it (`llm_rl.run`); the tools (doctor, compare, export, sample) read it through here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RECIPE_FILE = "recipe.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "run_summary.json"
+FINAL_DIR = "final"
+# PPO's critic, inside `final/` and every checkpoint.
+VALUE_MODEL_DIR = "value_model"
+STAGES_DIR = "stages"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all: a crash never leaves half of it."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def read_rows(folder: Path) -> list[dict[str, Any]]:
+    """The metric rows of a run folder."""
+    path = folder / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def reward_series(folder: Path) -> list[float]:
+    """`reward/mean` of every metric row that has one: what best_reward and final_reward are read from."""
+    return [row["reward/mean"] for row in read_rows(folder) if row.get("reward/mean") is not None]
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The optimizer step a checkpoint was saved at."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return int(state["global_step"])
+
+
+def stage_folder(run_folder: Path, index: int, name: str) -> Path:
+    """Where stage `index` of a staged run trains: `RUN/stages/NN-name`."""
+    return run_folder / STAGES_DIR / f"{index:02d}-{name}"
