@@ -434,7 +434,7 @@ class PPOSettings(BaseModel):
 
     @property
     def training_arguments(self) -> dict[str, Any]:
-        """The section's `TrainingArguments` keys (checked by `check_ppo_section`)."""
+        """The section's `TrainingArguments` keys (checked by `check_trl_sections`)."""
         return dict(self.model_extra or {})
 
 

@@ -58,10 +58,14 @@ METRIC_NAMES = {
 }
 
 
+def rollout_batch(recipe: Recipe) -> int:
+    """Prompts per update and process: `training.per_device_batch_size x gradient_accumulation_steps`."""
+    return recipe.training.per_device_batch_size * recipe.training.gradient_accumulation_steps
+
+
 def samples_per_step(recipe: Recipe) -> int:
     """Episodes (prompt-completion pairs) per PPO update over all processes."""
-    training = recipe.training
-    return training.per_device_batch_size * training.gradient_accumulation_steps * world_size()
+    return rollout_batch(recipe) * world_size()
 
 
 def count_samples(recipe: Recipe) -> SampleCounter:
@@ -101,7 +105,7 @@ def trainer_config(recipe: Recipe) -> TrainingArguments:
 def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
     """Batch arithmetic and settings that conflict, explained before anything loads."""
     training = recipe.training
-    local_batch = training.per_device_batch_size * training.gradient_accumulation_steps
+    local_batch = rollout_batch(recipe)
     mini_batches = settings.num_mini_batches
     if training.gradient_accumulation_steps % mini_batches:
         raise RecipeError(
@@ -142,7 +146,7 @@ def prepare(components: Components) -> None:
     prompts, the critic and the reference model."""
     recipe, tokenizer = components.recipe, components.tokenizer
     settings = ppo_settings(recipe)
-    local_batch = recipe.training.per_device_batch_size * recipe.training.gradient_accumulation_steps
+    local_batch = rollout_batch(recipe)
     if len(components.data.train) < local_batch:
         raise DataError(
             f"{len(components.data.train)} training prompts are fewer than one PPO rollout batch per process "

@@ -44,7 +44,7 @@ from trl.models.utils import prepare_deepspeed
 from trl.trainer.utils import disable_dropout_in_model, selective_log_softmax_and_entropy
 
 from llm_rl.checkpoints import StagedCheckpoints
-from llm_rl.completions import ends_with_stop, response_lengths
+from llm_rl.completions import ends_with_stop, response_lengths, trimmed
 from llm_rl.evaluation import HeldOutReward
 from llm_rl.ppo import core
 from llm_rl.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
@@ -325,7 +325,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         with self.accelerator.autocast():
             completion_ids = self.generator.generate(prompt_ids, prompt_mask).completion_ids
         lengths = response_lengths(completion_ids, self.stop_token_ids)
-        scores, per_function = self.score(batch["row_index"], completion_ids, lengths)
+        scores, per_function = self.score(batch["row_index"], completion_ids)
         scores = penalise_missing_stop(
             scores, completion_ids, lengths, self.stop_token_ids, self.settings.missing_eos_penalty
         )
@@ -346,13 +346,10 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         return estimate_advantages(rollout, self.advantage_settings())
 
     def score(
-        self, row_indices: torch.Tensor, completion_ids: torch.Tensor, lengths: torch.Tensor
+        self, row_indices: torch.Tensor, completion_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(scores, per-function values) of each completion, its tokens up to and with its stop token."""
-        tokens = [
-            row[: length + 1] for row, length in zip(completion_ids.tolist(), lengths.tolist(), strict=True)
-        ]
-        scores, values = self.rewards(row_indices.tolist(), tokens)
+        scores, values = self.rewards(row_indices.tolist(), trimmed(completion_ids, self.stop_token_ids))
         return scores.to(completion_ids.device), values.to(completion_ids.device)
 
     def evaluate_responses(
