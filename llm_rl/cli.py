@@ -62,8 +62,8 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 
 def command_train(args: argparse.Namespace) -> int:
     """Train a recipe and print where its run folder is."""
-    from llm_rl.recipe import load_recipe
-    from llm_rl.run import is_main_process, train
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.run.training import is_main_process, train
 
     recipe = load_recipe(args.recipe, args.overrides)
     summary = train(recipe)
@@ -77,8 +77,8 @@ def command_train(args: argparse.Namespace) -> int:
 
 def command_validate(args: argparse.Namespace) -> int:
     """Check recipe, dataset, rewards and model without training, and print what would run."""
-    from llm_rl.recipe import load_recipe
-    from llm_rl.validate import describe_run
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.tools.validate import describe_run
 
     recipe = load_recipe(args.recipe, args.overrides)
     print(describe_run(recipe))
@@ -87,8 +87,8 @@ def command_validate(args: argparse.Namespace) -> int:
 
 def command_plan(args: argparse.Namespace) -> int:
     """Estimate per-GPU memory under DDP and each ZeRO stage from the model configs, and recommend one."""
-    from llm_rl.planning import algorithm_comparison, describe_plan, plan
-    from llm_rl.recipe import load_recipe
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.tools.plan import algorithm_comparison, describe_plan, plan
 
     recipe = load_recipe(args.recipe, args.overrides)
     result = plan(recipe, args.gpus, args.gpu_memory)
@@ -99,7 +99,7 @@ def command_plan(args: argparse.Namespace) -> int:
 
 def command_rollback(args: argparse.Namespace) -> int:
     """Make an earlier checkpoint the one the next run resumes from."""
-    from llm_rl.checkpoints import rollback
+    from llm_rl.training.checkpoints import rollback
 
     target, aside = rollback(args.run_dir, args.to, args.best)
     print(f"the next run of {args.run_dir} resumes from {target.name}")
@@ -110,7 +110,7 @@ def command_rollback(args: argparse.Namespace) -> int:
 
 def command_migrate(args: argparse.Namespace) -> int:
     """Convert a GRPO recipe (ours or a flat TRL-style YAML) to PPO, or back, and print what became of each key."""
-    from llm_rl.migration import migrate, write_recipe
+    from llm_rl.recipe.migration import migrate, write_recipe
 
     migration = migrate(args.recipe, args.to, args.warm_start)
     write_recipe(migration, args.recipe, args.output, args.to)
@@ -126,7 +126,7 @@ def command_migrate(args: argparse.Namespace) -> int:
 
 def command_doctor(args: argparse.Namespace) -> int:
     """Report what a run's metrics say went wrong, with the evidence and the change to try."""
-    from llm_rl.doctor import describe, diagnose
+    from llm_rl.tools.doctor import describe, diagnose
 
     findings, rows = diagnose(args.run_dir)
     print(describe(findings, rows))
@@ -135,7 +135,7 @@ def command_doctor(args: argparse.Namespace) -> int:
 
 def command_export(args: argparse.Namespace) -> int:
     """Write a run's policy as a save_pretrained folder for inference engines."""
-    from llm_rl.export import export_policy
+    from llm_rl.tools.export import export_policy
 
     print(f"wrote {export_policy(args.run_dir, args.output, args.dtype, args.merge_lora)}")
     return EXIT_OK
@@ -143,7 +143,7 @@ def command_export(args: argparse.Namespace) -> int:
 
 def command_serve(args: argparse.Namespace) -> int:
     """Serve a trained policy over HTTP until interrupted."""
-    from llm_rl.serving import ServeLimits, make_server
+    from llm_rl.tools.serve import ServeLimits, make_server
 
     limits = ServeLimits(
         max_prompts=args.max_prompts,
@@ -170,7 +170,7 @@ def command_sample(args: argparse.Namespace) -> int:
     """Print completions for a prompts file, each with the run's rewards."""
     # Libraries print on import and load (transformers, under WANDB_MODE=offline): stdout is ours alone.
     with contextlib.redirect_stdout(sys.stderr):
-        from llm_rl.sampling import print_samples, sample_file
+        from llm_rl.tools.sample import print_samples, sample_file
 
         results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens)
     print_samples(results, args.json)
@@ -179,7 +179,7 @@ def command_sample(args: argparse.Namespace) -> int:
 
 def command_compare(args: argparse.Namespace) -> int:
     """Compare run folders: plots and a table in REPORT_DIR/report.md; print the table."""
-    from llm_rl.comparison import compare_runs
+    from llm_rl.tools.compare import compare_runs
 
     table, report = compare_runs(args.run_dirs, args.output)
     print(table)
@@ -270,8 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def command_train_reward_model(args: argparse.Namespace) -> int:
     """Train a reward model and print its held-out pairwise accuracy and folder."""
-    from llm_rl.reward_training import load_reward_recipe, train_reward_model
-    from llm_rl.run import is_main_process
+    from llm_rl.reward_model.train import load_reward_recipe, train_reward_model
+    from llm_rl.run.training import is_main_process
 
     recipe = load_reward_recipe(args.recipe, args.overrides)
     summary = train_reward_model(recipe)

@@ -3,7 +3,7 @@
 `output_dir` holds `recipe.yaml` (the resolved recipe as run), `metrics.jsonl` (a row per logging
 step), `checkpoint-<samples>/`, `final/` (a `save_pretrained` policy and tokenizer; PPO's critic in
 `value_model/`), `run_summary.json`, and for a staged run `stages/NN-name/`, one run folder a stage.
-Training writes it (`llm_rl.run`); the tools (doctor, compare, export, sample) read it through here.
+Training writes it (`llm_rl.run.training`); the tools (doctor, compare, export, sample) read it through here.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from learning_curve import run_seed  # noqa: E402
 
-from llm_rl.comparison import compare_runs  # noqa: E402
-from llm_rl.recipe import load_recipe  # noqa: E402
+from llm_rl.recipe.load import load_recipe  # noqa: E402
+from llm_rl.tools.compare import compare_runs  # noqa: E402
 
 ALGORITHMS = ("grpo", "ppo")
 

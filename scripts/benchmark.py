@@ -8,8 +8,8 @@ sides of a comparison alternate over the repeats in one invocation, the order re
 repeat (A B, B A, A B ...): drift in the machine's speed, and the place in the order, reach all sides
 alike. The script reports medians, and the median of the ratios of each repeat's pair.
 
-- (a) GRPO: `llm_rl.run.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
-  the same `GRPOConfig` (from `llm_rl.grpo.trainer_config`), model, prompts and reward functions
+- (a) GRPO: `llm_rl.run.training.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
+  the same `GRPOConfig` (from `llm_rl.algorithms.grpo.trainer_config`), model, prompts and reward functions
   written as plain Python.
 - (b) PPO (llm_rl's own trainer, with a `reward_model` reward): its update by phase, with timers on
   each step of the loop (generate; score; log-probs, reference and values; advantages; the PPO epochs;
@@ -119,7 +119,7 @@ class PhaseClock(TrainerCallback):
         return {part: statistics.median(u.get(part, 0.0) for u in self.updates[1:]) for part in sorted(parts)}
 
 
-# The steps of one PPO update, in the loop's order (llm_rl.ppo.trainer).
+# The steps of one PPO update, in the loop's order (llm_rl.algorithms.ppo.trainer).
 PPO_PHASES = (
     "generate",
     "score (reward functions)",
@@ -134,8 +134,8 @@ def ppo_phase_clock() -> PhaseClock:
     """A clock on each step of our PPO update."""
     from transformers.trainer_callback import CallbackHandler
 
-    from llm_rl.ppo import trainer
-    from llm_rl.ppo.generation import HFGenerator
+    from llm_rl.algorithms.ppo import trainer
+    from llm_rl.algorithms.ppo.generation import HFGenerator
 
     clock = PhaseClock()
     generate, score, forwards, advantages, epochs, metrics = PPO_PHASES
@@ -159,7 +159,7 @@ def peak_memory_mb() -> float:
 
 def recipe_for(algorithm: str, output: Path, steps: int, extra: list[str]):
     """The embedded recipe at the benchmark's batch shape, with nothing written but the run folder."""
-    from llm_rl.recipe import load_recipe
+    from llm_rl.recipe.load import load_recipe
 
     shape = [f"training.per_device_batch_size={BATCH}"]
     if algorithm == "grpo":
@@ -173,7 +173,7 @@ def recipe_for(algorithm: str, output: Path, steps: int, extra: list[str]):
 
 
 def run_ours(recipe, *extra_callbacks: TrainerCallback) -> StepTimer:
-    """`llm_rl.run.train`, with a step timer (and any other callbacks) added to the trainer it builds."""
+    """`llm_rl.run.training.train`, with a step timer (and any other callbacks) added to the trainer it builds."""
     from llm_rl import run
 
     timer = StepTimer()
@@ -201,9 +201,9 @@ def run_raw_grpo(recipe) -> StepTimer:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
 
-    from llm_rl.grpo import trainer_config
-    from llm_rl.models import model_dtype, resolve_model_path
-    from llm_rl.tasks import build_arithmetic
+    from llm_rl.algorithms.grpo import trainer_config
+    from llm_rl.data.tasks import build_arithmetic
+    from llm_rl.models.load import model_dtype, resolve_model_path
 
     set_seed(0)
     path = resolve_model_path(recipe.model.policy)
@@ -315,7 +315,7 @@ def build_reward_model(folder: Path, body: str = "builtin:tiny-arithmetic") -> P
     (both sides read it)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from llm_rl.models import resolve_model_path
+    from llm_rl.models.load import resolve_model_path
 
     path = resolve_model_path(body)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)

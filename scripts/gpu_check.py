@@ -32,8 +32,8 @@ import torch  # noqa: E402
 from benchmark import OVERHEAD_HEADER, alternate, build_reward_model, overhead_table, phase_table  # noqa: E402
 from learning_curve import run_seed  # noqa: E402
 
+from llm_rl.models.tiny import TinyModelSettings, tiny_model_path  # noqa: E402
 from llm_rl.run_folder import read_rows  # noqa: E402
-from llm_rl.tiny_model import TinyModelSettings, tiny_model_path  # noqa: E402
 
 ALGORITHMS = ("grpo", "ppo")
 

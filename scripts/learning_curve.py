@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from llm_rl.metrics import first_and_last_mean  # noqa: E402
+from llm_rl.monitoring.metrics import first_and_last_mean  # noqa: E402
 from llm_rl.run_folder import read_rows  # noqa: E402
 
 

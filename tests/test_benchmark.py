@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from benchmark import PPO_PHASES, build_reward_model, fitted_exponent  # noqa: E402
 
-from llm_rl.run import serial_tokenizers_on_cpu  # noqa: E402
+from llm_rl.run.training import serial_tokenizers_on_cpu
 
 
 def test_fitted_exponent_recovers_a_power_law() -> None:

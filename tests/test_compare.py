@@ -10,7 +10,7 @@ import pytest
 from test_safety import in_process_recipe
 
 from llm_rl.cli import main
-from llm_rl.run import train
+from llm_rl.run.training import train
 from llm_rl.run_folder import read_rows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

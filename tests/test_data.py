@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from datasets import Dataset, DatasetDict
 
-from llm_rl.data import PromptData, load_prompt_data, prompt_token_ids, tokenize_prompts
+from llm_rl.data.prompts import PromptData, load_prompt_data, prompt_token_ids, tokenize_prompts
 from llm_rl.errors import DataError, UserInputError
-from llm_rl.recipe import DataSection
-from llm_rl.tiny_model import build_tokenizer
+from llm_rl.models.tiny import build_tokenizer
+from llm_rl.schema import DataSection
 
 ROWS = [
     {"prompt": "1+2=", "answer": "#### 3", "level": "easy"},

@@ -15,12 +15,12 @@ from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from llm_rl.algorithms.ppo.critic import load_value_model
 from llm_rl.errors import RecipeError
-from llm_rl.models import resolve_model_path
-from llm_rl.ppo.critic import load_value_model
-from llm_rl.recipe import load_recipe
-from llm_rl.tiny_model import build_tokenizer
-from llm_rl.training_args import DEEPSPEED_CLIPPING_VARIABLE, sync_deepspeed_clipping
+from llm_rl.models.load import resolve_model_path
+from llm_rl.models.tiny import build_tokenizer
+from llm_rl.recipe.load import load_recipe
+from llm_rl.training.args import DEEPSPEED_CLIPPING_VARIABLE, sync_deepspeed_clipping
 
 ZERO2 = str(REPO / "accelerate_configs" / "cpu_zero2_2proc.yaml")
 ZERO3 = str(REPO / "accelerate_configs" / "cpu_zero3_2proc.yaml")
@@ -137,8 +137,8 @@ def test_ppo_refuses_a_deepspeed_optimizer_that_would_replace_its_own(
 ) -> None:
     """A DeepSpeed config's optimizer has one parameter group: the critic's learning rate and warm-up
     would be lost without a word."""
-    from llm_rl import ppo
-    from llm_rl.recipe import load_recipe
+    from llm_rl.algorithms.ppo import algorithm as ppo
+    from llm_rl.recipe.load import load_recipe
 
     config = tmp_path / "ds.json"
     config.write_text(

@@ -13,8 +13,8 @@ import pytest
 from conftest import ACCELERATE_LAUNCH, REPO, run_entry
 from transformers import AutoModelForCausalLM
 
-from llm_rl.checkpoints import list_checkpoints
-from llm_rl.models import resolve_model_path
+from llm_rl.models.load import resolve_model_path
+from llm_rl.training.checkpoints import list_checkpoints
 
 CONFIGS = {
     name: str(REPO / "accelerate_configs" / f"cpu_{name}_2proc.yaml") for name in ("ddp", "zero2", "zero3")

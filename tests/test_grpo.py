@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_entry
 
-from llm_rl.grpo import samples_per_step, trainer_config
-from llm_rl.recipe import load_recipe
+from llm_rl.algorithms.grpo import samples_per_step, trainer_config
+from llm_rl.recipe.load import load_recipe
 
 GRPO_ONLY_KEYS = {"reward/group_std", "reward/frac_zero_std"}
 ROW_KEYS = {

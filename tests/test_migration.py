@@ -14,10 +14,10 @@ from conftest import REPO, run_entry
 from safetensors.torch import load_file
 
 from llm_rl.cli import main
-from llm_rl.migration import leaves, migrate
-from llm_rl.models import resolve_model_path
-from llm_rl.recipe import load_recipe, read_recipe_file
-from llm_rl.run import build_components, train
+from llm_rl.models.load import resolve_model_path
+from llm_rl.recipe.load import load_recipe, read_recipe_file
+from llm_rl.recipe.migration import leaves, migrate
+from llm_rl.run.training import build_components, train
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 ARITHMETIC = REPO / "recipes" / "arithmetic"

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from safetensors.torch import load_file
 from test_migration import short_grpo_run
 
-from llm_rl.doctor import diagnose
+from llm_rl.tools.doctor import diagnose
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 ROWS = 100
@@ -447,8 +447,8 @@ def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_pat
 
 def test_a_prometheus_port_in_use_is_bad_input_naming_the_key(tmp_path: Path) -> None:
     from llm_rl.errors import RecipeError
-    from llm_rl.monitoring import make_sinks
-    from llm_rl.recipe import load_recipe
+    from llm_rl.monitoring.sinks import make_sinks
+    from llm_rl.recipe.load import load_recipe
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -9,8 +9,8 @@ import pytest
 from conftest import REPO, run_entry
 from transformers import LlamaConfig, Qwen2Config
 
-from llm_rl.planning import FIXED_ALLOWANCE, GB, STRATEGIES, plan
-from llm_rl.recipe import load_recipe
+from llm_rl.recipe.load import load_recipe
+from llm_rl.tools.plan import FIXED_ALLOWANCE, GB, STRATEGIES, plan
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 GSM8K = REPO / "recipes" / "gsm8k"

@@ -16,17 +16,18 @@ from ppo_clip_probe import RecordStepNorms
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
-from llm_rl import ppo
-from llm_rl.checkpoints import CheckpointManager
-from llm_rl.data import tokenize_prompts
-from llm_rl.early_stopping import MetricWindow
-from llm_rl.ppo.critic import load_value_model
-from llm_rl.ppo.trainer import clip_each_group
-from llm_rl.ppo_rewards import RewardAdapter
-from llm_rl.recipe import RewardEntry, load_recipe
+from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.algorithms.ppo.critic import load_value_model
+from llm_rl.algorithms.ppo.trainer import clip_each_group
+from llm_rl.data.prompts import tokenize_prompts
+from llm_rl.models.tiny import build_tokenizer, tiny_model_path
+from llm_rl.recipe.load import load_recipe
 from llm_rl.rewards import build_reward_functions
-from llm_rl.run import build_components, train
-from llm_rl.tiny_model import build_tokenizer, tiny_model_path
+from llm_rl.rewards.scoring import RewardAdapter
+from llm_rl.run.training import build_components, train
+from llm_rl.schema import RewardEntry
+from llm_rl.training.checkpoints import CheckpointManager
+from llm_rl.training.early_stopping import MetricWindow
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 PPO_RECIPE = REPO / "recipes" / "arithmetic" / "ppo.yaml"
@@ -72,7 +73,7 @@ def small_ppo_recipe(output_dir: Path, *overrides: str):
 
 
 def build_ppo_trainer(recipe, callbacks=()):
-    """The trainer `llm_rl.run.train` builds, with the callback that completes checkpoints."""
+    """The trainer `llm_rl.run.training.train` builds, with the callback that completes checkpoints."""
     components = build_components(recipe)
     ppo.prepare(components)
     checkpoints = CheckpointManager(

@@ -1,4 +1,4 @@
-"""PPO's maths (llm_rl.ppo.core, llm_rl.completions, llm_rl.ppo.rollout) on small cases worked out by hand."""
+"""PPO's maths (llm_rl.algorithms.ppo.core, llm_rl.models.completions, llm_rl.algorithms.ppo.rollout) on small cases worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from llm_rl.completions import cut_after_stop, ends_with_stop, eos_token_ids, response_lengths, trimmed
-from llm_rl.ppo import core
-from llm_rl.ppo.rollout import (
+from llm_rl.algorithms.ppo import core
+from llm_rl.algorithms.ppo.rollout import (
     AdvantageSettings,
     Rollout,
     estimate_advantages,
     join_sequences,
     penalise_missing_stop,
 )
-from llm_rl.tiny_model import build_tokenizer
+from llm_rl.models.completions import cut_after_stop, ends_with_stop, eos_token_ids, response_lengths, trimmed
+from llm_rl.models.tiny import build_tokenizer
 
 EOS, PAD = 2, 0
 

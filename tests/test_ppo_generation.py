@@ -8,11 +8,11 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from llm_rl.completions import response_lengths
-from llm_rl.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.ppo.generation import HFGenerator, SamplingSettings
-from llm_rl.ppo.rollout import join_sequences
-from llm_rl.tiny_model import build_tokenizer, tiny_model_path
+from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
+from llm_rl.algorithms.ppo.generation import HFGenerator, SamplingSettings
+from llm_rl.algorithms.ppo.rollout import join_sequences
+from llm_rl.models.completions import response_lengths
+from llm_rl.models.tiny import build_tokenizer, tiny_model_path
 
 
 @pytest.fixture(scope="module")

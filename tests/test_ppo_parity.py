@@ -22,13 +22,13 @@ import pytest
 import torch
 from conftest import REPO
 
-from llm_rl import ppo
-from llm_rl.completions import response_lengths
-from llm_rl.ppo import core
-from llm_rl.ppo.rollout import Rollout, estimate_advantages, penalise_missing_stop
-from llm_rl.recipe import load_recipe
-from llm_rl.run import build_components
-from llm_rl.tiny_model import tiny_model_path
+from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.algorithms.ppo import core
+from llm_rl.algorithms.ppo.rollout import Rollout, estimate_advantages, penalise_missing_stop
+from llm_rl.models.completions import response_lengths
+from llm_rl.models.tiny import tiny_model_path
+from llm_rl.recipe.load import load_recipe
+from llm_rl.run.training import build_components
 
 FIXTURE = REPO / "tests" / "fixtures" / "ppo_parity.pt"
 RELATIVE = 1e-5

@@ -15,10 +15,10 @@ import pytest
 from conftest import REPO
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from llm_rl import ppo
-from llm_rl.models import resolve_model_path
-from llm_rl.recipe import load_recipe
-from llm_rl.run import build_components, train
+from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.models.load import resolve_model_path
+from llm_rl.recipe.load import load_recipe
+from llm_rl.run.training import build_components, train
 
 pytestmark = pytest.mark.slow
 

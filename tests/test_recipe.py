@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
 from llm_rl.errors import RecipeError
-from llm_rl.recipe import PPO_REFUSED_KEYS, PPOSettings, load_recipe, ppo_settings
+from llm_rl.recipe.load import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

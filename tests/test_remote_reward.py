@@ -159,8 +159,8 @@ def test_bad_urls_are_refused() -> None:
 def test_a_run_trains_on_the_service_rewards(service, tmp_path, algorithm: str) -> None:
     from conftest import REPO
 
-    from llm_rl.recipe import load_recipe
-    from llm_rl.run import train
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.run.training import train
     from llm_rl.run_folder import read_rows
 
     state, url = service

@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import REPO, run_entry
 
-from llm_rl.preferences import PreferenceDataSection, corrupt_solution, load_preferences
-from llm_rl.recipe import load_recipe
+from llm_rl.recipe.load import load_recipe
+from llm_rl.reward_model.preferences import PreferenceDataSection, corrupt_solution, load_preferences
 from llm_rl.rewards import get_reward
 from llm_rl.rewards.reward_model import reward_model_reward
-from llm_rl.run import build_components, train
+from llm_rl.run.training import build_components, train
 from llm_rl.run_folder import read_rows
 
 ACCELERATE = [str(Path(sys.executable).parent / "accelerate"), "launch", "--num_processes", "1", "--cpu"]
@@ -81,7 +81,7 @@ def test_grpo_trains_with_it_as_a_reward_function(embedded_reward_model: Path, t
 def test_ppo_trains_with_it_as_reward_model_and_critic_start(
     embedded_reward_model: Path, tmp_path: Path
 ) -> None:
-    from llm_rl.ppo.critic import load_value_model
+    from llm_rl.algorithms.ppo.critic import load_value_model
 
     final = embedded_reward_model / "final"
     recipe = rl_recipe("ppo", tmp_path, final, "ppo.value_model=reward_model")
@@ -138,7 +138,7 @@ def test_bad_configs_exit_2_with_one_message(tmp_path: Path, overrides: list[str
 
 
 def test_shipped_reward_model_configs_load() -> None:
-    from llm_rl.reward_training import load_reward_recipe
+    from llm_rl.reward_model.train import load_reward_recipe
 
     for path in sorted((REPO / "reward_models" / "configs").glob("*.yaml")):
         assert load_reward_recipe(path, []).data.source.startswith("builtin:")

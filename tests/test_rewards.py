@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from llm_rl.errors import RewardError
-from llm_rl.recipe import RewardEntry
 from llm_rl.rewards import CheckedReward, build_reward_functions, completion_text, get_reward
+from llm_rl.schema import RewardEntry
 
 GSM8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
 

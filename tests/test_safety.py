@@ -17,9 +17,9 @@ import torch
 from conftest import REPO, run_entry
 from safetensors.torch import load_file
 
-from llm_rl.checkpoints import STAGING_DIR, STATE_FILE, list_checkpoints, read_state
-from llm_rl.recipe import load_recipe
-from llm_rl.run import train
+from llm_rl.recipe.load import load_recipe
+from llm_rl.run.training import train
+from llm_rl.training.checkpoints import STAGING_DIR, STATE_FILE, list_checkpoints, read_state
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 ALGORITHMS = ["grpo", "ppo"]
@@ -290,8 +290,8 @@ def test_warn_alerts_are_logged_and_the_run_goes_on(tmp_path: Path, capsys: pyte
 def test_held_out_reward_matches_scoring_greedy_completions_directly(tmp_path: Path) -> None:
     from accelerate import Accelerator
 
-    from llm_rl.evaluation import held_out_reward
-    from llm_rl.run import build_components
+    from llm_rl.run.training import build_components
+    from llm_rl.training.evaluation import held_out_reward
 
     recipe = in_process_recipe("ppo", tmp_path / "run", "evaluation.every=1", "data.arithmetic.num_eval=9",
                                "evaluation.batch_size=4")  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, run_entry
 
 from llm_rl.errors import RecipeError
-from llm_rl.recipe import load_recipe
+from llm_rl.recipe.load import load_recipe
 
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
 STAGED = REPO / "recipes" / "arithmetic" / "staged.yaml"
@@ -235,15 +235,15 @@ def test_a_ppo_schedule_reaches_the_loss(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("choice", ["group", "batch", "none"])
 def test_grpo_normalisation_reaches_trl(choice: str) -> None:
-    from llm_rl.grpo import trainer_config
+    from llm_rl.algorithms.grpo import trainer_config
 
     recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [f"advantages.normalize={choice}"])
     assert trainer_config(recipe).scale_rewards == choice
 
 
 def test_ppo_whitening_settings_reach_the_trainer(tmp_path: Path) -> None:
-    from llm_rl.ppo import build_trainer
-    from llm_rl.run import build_components
+    from llm_rl.algorithms.ppo.algorithm import build_trainer
+    from llm_rl.run.training import build_components
 
     overrides = [
         f"run.output_dir={tmp_path}",

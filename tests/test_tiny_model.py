@@ -15,11 +15,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from llm_rl.data.tasks import format_answer, format_prompt
 from llm_rl.errors import ModelError, UserInputError
-from llm_rl.models import load_policy, load_tokenizer, model_dtype, resolve_model_path, training_tokenizer
-from llm_rl.recipe import ModelSection
-from llm_rl.tasks import format_answer, format_prompt
-from llm_rl.tiny_model import (
+from llm_rl.models.load import (
+    load_policy,
+    load_tokenizer,
+    model_dtype,
+    resolve_model_path,
+    training_tokenizer,
+)
+from llm_rl.models.tiny import (
     BOS,
     EOS,
     PAD,
@@ -30,6 +35,7 @@ from llm_rl.tiny_model import (
     cache_root,
     tiny_model_path,
 )
+from llm_rl.schema import ModelSection
 
 # A model small enough to build (warm-up included) in well under a second.
 SMALL = TinyModelSettings(layers=1, hidden=32, heads=2, intermediate=64, warmup_steps=2)

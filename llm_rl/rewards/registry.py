@@ -12,12 +12,12 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from llm_rl.errors import RewardError, did_you_mean
-from llm_rl.recipe import RewardEntry
 from llm_rl.rewards.base import RewardFunction, RewardParameterError
 from llm_rl.rewards.builtins import accuracy_reward, format_reward, length_reward
 from llm_rl.rewards.checked import CheckedReward
 from llm_rl.rewards.remote import http_reward
 from llm_rl.rewards.reward_model import reward_model_reward
+from llm_rl.schema import RewardEntry
 
 REWARDS: dict[str, Callable[..., RewardFunction]] = {
     "accuracy": accuracy_reward,

@@ -1,0 +1,221 @@
+"""A training run from a validated recipe, as a fixed sequence of short, named steps.
+
+seed -> components (tokenizer, prompts, rewards, policy: all bad input is found here, before the run
+folder is touched) -> run folder -> trainer -> train -> final model -> run summary.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+import yaml
+from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
+
+from llm_rl.algorithms.base import Components
+from llm_rl.data.prompts import load_prompt_data
+from llm_rl.models.load import load_policy, load_tokenizer, resolve_model_path, training_tokenizer
+from llm_rl.monitoring.alerts import Alerts, NoNonFiniteSaves
+from llm_rl.monitoring.metrics import MetricsCallback
+from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback
+from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
+from llm_rl.recipe.load import active_schedules
+from llm_rl.rewards import build_reward_functions
+from llm_rl.run_folder import (
+    FINAL_DIR,
+    METRICS_FILE,
+    RECIPE_FILE,
+    SUMMARY_FILE,
+    checkpoint_step,
+    read_rows,
+    reward_series,
+    write_atomic,
+)
+from llm_rl.schema import Recipe
+from llm_rl.training.checkpoints import CheckpointManager, clear_staging, list_checkpoints, read_state
+from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
+from llm_rl.training.evaluation import held_out_reward
+from llm_rl.training.schedules import ScheduleCallback
+
+if TYPE_CHECKING:
+    from llm_rl.run.stages import StageContext
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def algorithm_module(algorithm: str) -> ModuleType:
+    """The trainer builder of an algorithm: `llm_rl.algorithms.grpo` or `llm_rl.algorithms.ppo.algorithm`."""
+    modules = {"grpo": "llm_rl.algorithms.grpo", "ppo": "llm_rl.algorithms.ppo.algorithm"}
+    return importlib.import_module(modules[algorithm])
+
+
+def is_main_process() -> bool:
+    """Rank 0 writes the run folder; other ranks only train."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def serial_tokenizers_on_cpu() -> None:
+    """Encode text on the calling thread when training runs on the CPU, unless TOKENIZERS_PARALLELISM
+    says otherwise.
+
+    There torch's threads already use every core, and the tokenizers library's own thread pool only
+    competes with them: the batches a training step encodes (reward-model texts, GRPO's prompts) are
+    small, and waking that pool cost about 1 ms an update on 2 cores (scripts/benchmark.py, PPO).
+    """
+    if not torch.accelerator.is_available():
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_components(recipe: Recipe) -> Components:
+    """Load everything the recipe names; every error here is the user's to fix (exit code 2)."""
+    saved_tokenizer = load_tokenizer(recipe.model)
+    tokenizer = training_tokenizer(saved_tokenizer)
+    data = load_prompt_data(recipe.data, tokenizer, recipe.run.seed)
+    rewards = build_reward_functions(recipe.rewards)
+    policy_path = resolve_model_path(recipe.model.policy)
+    policy = load_policy(recipe.model, recipe.training.precision)
+    return Components(recipe, tokenizer, policy, data, rewards, policy_path, saved_tokenizer=saved_tokenizer)
+
+
+def find_resume_checkpoint(recipe: Recipe) -> Path | None:
+    """The checkpoint to continue from: `auto` takes the latest complete one in the run folder."""
+    resume = recipe.checkpointing.resume
+    if resume == "never":
+        return None
+    if resume != "auto":
+        return Path(resume)
+    checkpoints = list_checkpoints(recipe.output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
+    """Create the run folder with the resolved recipe; keep only the metric rows a resume continues from."""
+    folder = recipe.output_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    clear_staging(folder)
+    write_atomic(folder / RECIPE_FILE, yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    (folder / SUMMARY_FILE).unlink(missing_ok=True)
+    metrics = folder / METRICS_FILE
+    kept = []
+    if resume_from is not None and metrics.exists():
+        last_step = checkpoint_step(resume_from)
+        kept = [line for line in metrics.read_text().splitlines() if json.loads(line)["step"] <= last_step]
+    write_atomic(metrics, "".join(f"{line}\n" for line in kept))
+    return folder
+
+
+def restore_watchers(
+    checkpoint: Path, folder: Path, score: MetricWindow, early_stopping: EarlyStopping | None
+) -> None:
+    """A resumed run's checkpoint score window and early-stopping state, as they were at the checkpoint."""
+    for row in read_rows(folder):
+        score(row)
+    saved = read_state(checkpoint).get("early_stopping")
+    if early_stopping is not None and saved is not None:
+        early_stopping.load_state_dict(saved)
+
+
+def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
+    """Save the trained policy and the user's tokenizer as a `save_pretrained` folder, replacing any
+    earlier one."""
+    final = folder / FINAL_DIR
+    partial = folder / f".{FINAL_DIR}.partial"
+    trainer.save_model(str(partial))
+    trainer.accelerator.wait_for_everyone()
+    if is_main_process():
+        (components.saved_tokenizer or components.tokenizer).save_pretrained(str(partial))
+        if final.exists():
+            shutil.rmtree(final)
+        partial.rename(final)
+    return final
+
+
+def make_summary(
+    recipe: Recipe, status: str, trainer: Trainer | None, samples: int, started: float, resumed: Path | None
+) -> dict[str, Any]:
+    """The run summary (DESIGN.md, run_summary.json)."""
+    rewards = reward_series(recipe.output_dir)
+    return {
+        "status": status,
+        "algorithm": recipe.algorithm,
+        "steps": trainer.state.global_step if trainer is not None else 0,
+        "samples": samples,
+        "best_reward": max(rewards) if rewards else None,
+        "final_reward": rewards[-1] if rewards else None,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "checkpoints": [str(path) for path in list_checkpoints(recipe.output_dir)],
+        "resumed_from": str(resumed) if resumed else None,
+    }
+
+
+def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
+    """Run a recipe to the end and return its summary; the run folder is consistent whatever happens.
+
+    A recipe with `stages:` runs them in turn (`llm_rl.run.stages`), which calls this once per stage with
+    its place in the run.
+    """
+    if recipe.stages:
+        from llm_rl.run.stages import train_stages
+
+        return train_stages(recipe)
+    started = time.perf_counter()
+    serial_tokenizers_on_cpu()
+    set_seed(recipe.run.seed)
+    components = build_components(recipe)
+    algorithm = algorithm_module(recipe.algorithm)
+    algorithm.trainer_config(recipe)
+    algorithm.prepare(components)
+    components.held_out = held_out_reward(components)
+    resume_from = find_resume_checkpoint(recipe)
+    folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
+    count_samples = algorithm.count_samples(recipe)
+    sinks = (stage.local_sinks(folder) if stage else make_sinks(recipe, folder)) if is_main_process() else []
+    metrics = MetricsCallback(algorithm.METRIC_NAMES, count_samples, sinks)
+    score = MetricWindow.for_early_stopping(recipe.early_stopping)
+    early_stopping = EarlyStopping(recipe.early_stopping) if recipe.early_stopping.enabled else None
+    alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(stage.run_sinks if stage else sinks))
+    if resume_from is not None:
+        restore_watchers(resume_from, folder, score, early_stopping)
+    metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
+    checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
+    no_broken_saves = NoNonFiniteSaves()
+    callbacks = [metrics, checkpoints, *([early_stopping] if early_stopping else []), alerts, no_broken_saves]
+    trainer = algorithm.build_trainer(components, callbacks)
+    schedules = active_schedules(recipe)
+    if schedules:
+        apply = partial(algorithm.apply_setting, trainer)
+        scheduled = ScheduleCallback(schedules, count_samples, apply, stage.samples_offset if stage else 0)
+        trainer.add_callback(scheduled)
+        metrics.on_row.insert(0, scheduled)
+    total_rows = trainer.args.max_steps // trainer.args.logging_steps
+    metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
+    # TRL's own progress bar and log printer would repeat what ProgressLine shows, under TRL's names.
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(QuietProgressCallback())
+    status = "failed"
+    try:
+        trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
+        if not no_broken_saves.broken:
+            save_final(trainer, components, folder)
+        if alerts.stopped or no_broken_saves.broken:
+            status = "stopped_by_alert"
+        elif early_stopping and early_stopping.triggered:
+            status = "early_stopped"
+        else:
+            status = "completed"
+    finally:
+        metrics.close()
+        samples = count_samples(trainer.state, {})
+        summary = make_summary(recipe, status, trainer, samples, started, resume_from)
+        if is_main_process():
+            write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    return summary
