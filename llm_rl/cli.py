@@ -1,5 +1,5 @@
-"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export`, and the `recipes/{grpo,ppo}.py`
-entry points.
+"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export`, and the
+`recipes/<algorithm>.py` entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
 `--debug`; 1 a failure while training.
@@ -211,9 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--best", action="store_true", help="the checkpoint with the best score")
     rollback_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     rollback_parser.set_defaults(run=command_rollback)
-    migrate_parser = commands.add_parser("migrate", help="convert a GRPO recipe to PPO (or back)")
+    migrate_parser = commands.add_parser(
+        "migrate", help="convert a recipe to another algorithm (GRPO to PPO, ...)"
+    )
     migrate_parser.add_argument("recipe", type=Path, help="our recipe or a flat TRL-style GRPO YAML")
-    migrate_parser.add_argument("--to", choices=["ppo", "grpo"], default="ppo", help="the target algorithm")
+    migrate_parser.add_argument(
+        "--to",
+        metavar="ALGORITHM",
+        default="ppo",
+        help="the target algorithm: grpo, ppo or rloo (default ppo)",
+    )
     migrate_parser.add_argument("-o", "--output", type=Path, required=True, help="the recipe to write")
     migrate_parser.add_argument(
         "--warm-start",

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # ----------------------------------------------------------------------------------------------------
 # Sections
@@ -321,9 +321,16 @@ class StageEntry(Section):
 
 
 class Recipe(Section):
-    """A whole recipe. `grpo` and `ppo` hold TRL field names, checked in `check_trl_sections`."""
+    """A whole recipe: the shared sections, and one section per algorithm under the algorithm's name.
 
-    algorithm: Literal["grpo", "ppo"] = "grpo"
+    The schema names no algorithm. `algorithm` and the algorithm sections (`grpo:`, `ppo:`, ...: any
+    further top-level key, a mapping of the trainer's own field names) are checked by
+    `llm_rl.recipe.load` against the algorithms `llm_rl.algorithms.registry` lists.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, validate_assignment=True)
+
+    algorithm: str = "grpo"
     run: RunSection = Field(default_factory=RunSection)
     model: ModelSection = Field(default_factory=ModelSection)
     data: DataSection = Field(default_factory=DataSection)
@@ -335,12 +342,26 @@ class Recipe(Section):
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     monitoring: MonitoringSection = Field(default_factory=MonitoringSection)
     advantages: AdvantagesSection = Field(default_factory=AdvantagesSection)
-    # Scalar settings that change over the run, by dotted key (SCHEDULABLE), in samples since the start.
+    # Scalar settings that change over the run, by dotted key (an algorithm's SCHEDULABLE), in samples
+    # since the start.
     schedules: dict[str, Schedule] = Field(default_factory=dict)
     # Stages run one after another in one run folder, each warm-started from the one before.
     stages: list[StageEntry] = Field(default_factory=list)
-    grpo: dict[str, Any] = Field(default_factory=dict)
-    ppo: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _algorithm_sections_are_mappings(self) -> Recipe:
+        for name, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict):
+                raise ValueError(f"{name}: an algorithm's section must be a mapping of its keys")
+        return self
+
+    def section(self, algorithm: str) -> dict[str, Any]:
+        """The recipe's section for `algorithm` (its trainer's keys); empty when the recipe has none."""
+        return (self.model_extra or {}).get(algorithm) or {}
+
+    def with_section(self, algorithm: str, section: dict[str, Any]) -> None:
+        """Replace the section of `algorithm`."""
+        setattr(self, algorithm, section)
 
     @field_validator("rewards")
     @classmethod
@@ -366,7 +387,7 @@ class Recipe(Section):
         return f"{self.algorithm}-{task}"
 
 
-# Fields of TRL's configs that the shared sections own: setting them in grpo:/ppo: would make two
+# Fields of TRL's configs that the shared sections own: setting them in an algorithm's section would make two
 # places say the same thing, so it is an error naming the shared key to use instead.
 SHARED_TRL_FIELDS = {
     "learning_rate": "training.learning_rate",

@@ -174,15 +174,16 @@ def recipe_for(algorithm: str, output: Path, steps: int, extra: list[str]):
 
 def run_ours(recipe, *extra_callbacks: TrainerCallback) -> StepTimer:
     """`llm_rl.run.training.train`, with a step timer (and any other callbacks) added to the trainer it builds."""
-    from llm_rl import run
+    from llm_rl.algorithms.registry import ALGORITHMS
+    from llm_rl.run.training import train
 
     timer = StepTimer()
-    module = run.algorithm_module(recipe.algorithm)
+    module = ALGORITHMS[recipe.algorithm]
     build = module.build_trainer
     module.build_trainer = lambda components, callbacks: build(
         components, [*callbacks, timer, *extra_callbacks]
     )
-    run.train(recipe)
+    train(recipe)
     return timer
 
 

@@ -65,7 +65,7 @@ def test_chat_prompts_attend_to_their_end_of_turn_tokens(gsm8k_dir: Path, tmp_pa
     assert tokenizer.pad_token_id == tokenizer.eos_token_id, "SmolLM2's pad token is its EOS"
     trainer = ppo.build_trainer(components, [])
     batch = next(trainer.prompt_batches())
-    rows = components.extras["prompts"][batch["row_index"].tolist()]
+    rows = components.prepared.prompts[batch["row_index"].tolist()]
     for ids, mask, prompt in zip(batch["input_ids"], batch["attention_mask"], rows["input_ids"], strict=True):
         assert int(mask.sum()) == len(prompt), "every prompt token is attended, end-of-turn tokens too"
         assert ids[-len(prompt) :].tolist() == prompt

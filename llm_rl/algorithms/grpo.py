@@ -1,57 +1,58 @@
 """GRPO: TRL's `GRPOTrainer` built from a recipe.
 
-The shared sections map onto `GRPOConfig` through `training_args.shared_training_args`; the recipe's
-`grpo:` section is passed through by TRL field name (already checked against the dataclass).
+The shared sections map onto `GRPOConfig` through `llm_rl.training.args.shared_training_args`; the
+recipe's `grpo:` section is passed through by TRL field name (checked against the dataclass). What
+GRPO shares with RLOO is in `llm_rl.algorithms.trl_groups`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedModel, TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
-from llm_rl.algorithms.base import Components
+from llm_rl.algorithms import trl_groups
+from llm_rl.algorithms.base import Components, Counterpart, Series
 from llm_rl.errors import RecipeError
-from llm_rl.models.lora import peft_config
 from llm_rl.schema import Recipe
-from llm_rl.training.args import SampleCounter, sample_counter, shared_training_args, world_size
-from llm_rl.training.checkpoints import StagedCheckpoints
-from llm_rl.training.evaluation import HeldOutReward
-from llm_rl.training.schedules import start_values
+from llm_rl.training.args import SampleCounter, sample_counter
 
-# TRL's GRPO log names -> the unified names of metrics.jsonl (DESIGN.md).
-METRIC_NAMES = {
-    "reward": "reward/mean",
-    "reward_std": "reward/std",
-    "reward/group_std": "reward/group_std",
-    "group_size": "group_size",
-    "frac_reward_zero_std": "reward/frac_zero_std",
-    "kl": "kl",
-    "grad_norm": "grad_norm",
-    "loss": "loss/policy",
-    "learning_rate": "learning_rate",
-    "completions/mean_length": "completion_length/mean",
-    "completions/clipped_ratio": "completion_length/clipped_ratio",
-    "entropy": "entropy",
-    "clip_ratio/region_mean": "policy/clipfrac",
+if TYPE_CHECKING:
+    from transformers import Trainer, TrainerCallback
+
+NAME = "grpo"
+METRIC_NAMES = trl_groups.METRIC_NAMES
+SCHEDULABLE = trl_groups.schedulable(NAME)
+KL_COEFFICIENT = "grpo.beta"
+# TRL's GRPOConfig default group size.
+DEFAULT_GROUP_SIZE = 8
+COUNTERPARTS = {
+    "kl_coefficient": Counterpart("beta", 0.0, "GRPO's beta weighs a KL loss term"),
+    "clip_range": Counterpart("epsilon", 0.2, "the ratio clip of the policy loss"),
+    "epochs": Counterpart("num_iterations", None, "passes over each batch of generations"),
 }
 
 
-def group_size(recipe: Recipe) -> int:
-    """Completions per prompt (TRL's `num_generations`)."""
-    return recipe.grpo.get("num_generations", 8)
+def section_fields() -> frozenset[str]:
+    return trl_groups.config_fields(GRPOConfig)
+
+
+def check_section(section: dict[str, Any], recipe: Recipe) -> None:
+    trl_groups.check_fields(NAME, section, GRPOConfig)
+    if recipe.advantages.normalize != "auto" and "scale_rewards" in section:
+        raise RecipeError(
+            "advantages.normalize and grpo.scale_rewards both set: they are the same setting; keep one"
+        )
+
+
+def check_recipe(recipe: Recipe) -> None:
+    trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
+    trl_groups.check_schedules(recipe, NAME)
 
 
 def samples_per_step(recipe: Recipe) -> int:
-    """New prompt-completion pairs per optimizer update, over all processes.
-
-    Each update trains on `per_device_batch_size x gradient_accumulation_steps` completions per process;
-    with `num_iterations` > 1 each generated completion is trained on that many times.
-    """
-    training = recipe.training
-    per_update = training.per_device_batch_size * training.gradient_accumulation_steps * world_size()
-    return max(1, per_update // recipe.grpo.get("num_iterations", 1))
+    return trl_groups.samples_per_step(recipe, NAME)
 
 
 def count_samples(recipe: Recipe) -> SampleCounter:
@@ -60,112 +61,67 @@ def count_samples(recipe: Recipe) -> SampleCounter:
 
 
 def trainer_config(recipe: Recipe) -> GRPOConfig:
-    """The `GRPOConfig` for a recipe: shared sections first, then the recipe's own `grpo:` keys."""
-    generation = recipe.generation
-    fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
-    fields.update(
-        max_completion_length=generation.max_new_tokens,
-        temperature=generation.temperature,
-        top_p=generation.top_p,
-        top_k=generation.top_k,
-        reward_weights=[entry.weight for entry in recipe.rewards],
-        trust_remote_code=recipe.model.trust_remote_code,
-    )
-    if recipe.advantages.normalize != "auto":
-        fields["scale_rewards"] = recipe.advantages.normalize
-    fields.update(recipe.grpo)
-    fields.update(start_values(recipe))
-    if generation.min_new_tokens is not None:
-        fields["generation_kwargs"] = {
-            "min_new_tokens": generation.min_new_tokens,
-            **(fields.get("generation_kwargs") or {}),
-        }
-    try:
-        return GRPOConfig(**fields)
-    except (ValueError, TypeError) as err:
-        raise RecipeError(f"grpo: TRL's GRPOConfig rejects these settings: {err}") from None
+    """The `GRPOConfig` for a recipe; `advantages.normalize` is GRPO's `scale_rewards` (group, batch, none)."""
+    normalize = recipe.advantages.normalize
+    advantage_fields = {} if normalize == "auto" else {"scale_rewards": normalize}
+    return trl_groups.trainer_config(recipe, NAME, GRPOConfig, advantage_fields)
 
 
 def prepare(components: Components) -> None:
     """Checks beyond the recipe's that need the loaded model, made before the run folder is touched."""
-    check_router_aux_loss(components.recipe, components.policy)
+    trl_groups.check_router_aux_loss(components.recipe, NAME, components.policy)
 
 
-def check_router_aux_loss(recipe: Recipe, policy: PreTrainedModel) -> None:
-    """`grpo.router_aux_loss_coef` only weighs a Mixture-of-Experts router loss.
-
-    Since TRL 1.14 the key defaults to the model's own coefficient, and a value set for a model without
-    router logits stops GRPOTrainer at start-up; until then its default (0.001) was ignored for dense
-    models, so recipes written then may carry it.
-    """
-    coef = recipe.grpo.get("router_aux_loss_coef")
-    if coef and not hasattr(policy.config.get_text_config(), "output_router_logits"):
-        raise RecipeError(
-            f"grpo.router_aux_loss_coef is {coef}, but {type(policy).__name__} is not a Mixture-of-Experts "
-            "model with router logits, so there is no load-balancing loss to weigh: remove the key"
-        )
-
-
-class UnifiedGRPOTrainer(StagedCheckpoints, GRPOTrainer):
-    """`GRPOTrainer` that also logs the mean within-group reward spread (`reward/group_std`) and the
-    group size (`group_size`: it can change between stages).
-
-    TRL logs the spread over the whole batch; the spread inside each prompt's group is what GRPO's
-    advantages are made of, so a group spread near zero means no learning signal. Checkpoints are
-    staged, then completed by `llm_rl.training.checkpoints.CheckpointManager`.
-    """
-
-    def __init__(self, *args: Any, held_out: HeldOutReward | None = None, **kwargs: Any) -> None:
-        """GRPOTrainer's arguments, plus the held-out reward evaluator (`evaluation.every`)."""
-        self.held_out = held_out
-        super().__init__(*args, **kwargs)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """A training log, with the held-out reward joined to it on evaluation updates."""
-        if self.held_out is not None and "loss" in logs and self.held_out.due(self.state.global_step):
-            logs = {**logs, **self.held_out(self.model_wrapped, self.accelerator)}
-        super().log(logs, start_time)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-        mode = "train" if self.model.training else "eval"
-        group = self.num_generations if mode == "train" else self.num_generations_eval
-        spread = rewards.view(-1, group).std(dim=1, unbiased=False).mean()
-        self._metrics[mode]["reward/group_std"].append(float(spread))
-        self._metrics[mode]["group_size"].append(group)
-        return rewards_per_func
-
-
-def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> GRPOTrainer:
+def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> Trainer:
     """A ready-to-train `GRPOTrainer` over the recipe's prompts and reward functions."""
-    recipe = components.recipe
-    return UnifiedGRPOTrainer(
-        model=components.policy,
-        reward_funcs=list(components.rewards.functions),
-        args=trainer_config(recipe),
-        train_dataset=components.data.train,
-        processing_class=components.tokenizer,
-        callbacks=callbacks,
-        peft_config=peft_config(recipe.model.lora),
-        held_out=components.held_out,
-    )
+    from trl import GRPOTrainer
+
+    config = trainer_config(components.recipe)
+    return trl_groups.build_trainer(components, callbacks, GRPOTrainer, config)
 
 
-def apply_setting(trainer: GRPOTrainer, key: str, value: float) -> None:
-    """Set a scheduled setting (`llm_rl.recipe.load.SCHEDULABLE`) where GRPOTrainer reads it each update.
+def apply_setting(trainer: Trainer, key: str, value: float) -> None:
+    trl_groups.apply_setting(trainer, NAME, key, value)
 
-    GRPOTrainer copies these from its config once, at start-up, so the copies are what change.
-    """
-    if key == "grpo.beta":
-        trainer.beta = value
-    elif key == "grpo.epsilon":
-        trainer.epsilon_low = value
-        if trainer.args.epsilon_high is None:
-            trainer.epsilon_high = value
-    elif key == "generation.temperature":
-        trainer.temperature = value
-        trainer.generation_config.temperature = value
-    else:
-        raise KeyError(key)
+
+def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
+    """A GRPO stage takes nothing from the previous stage beyond its policy."""
+
+
+def critic_path(recipe: Recipe, policy_path: str) -> str | None:
+    return None
+
+
+def needs_reference(recipe: Recipe) -> bool:
+    """GRPO loads a reference model when beta is above 0 (TRL's default is 0)."""
+    return recipe.section(NAME).get("beta", COUNTERPARTS["kl_coefficient"].default) > 0
+
+
+def generation_batch(recipe: Recipe) -> int:
+    return trl_groups.generation_batch(recipe, NAME)
+
+
+def flat_reward_hint(series: Series) -> tuple[str, str] | None:
+    return trl_groups.zero_spread_hint(series, NAME)
+
+
+def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
+    """PPO's settings that GRPO has no counterpart for."""
+    return {
+        "value_model": "GRPO has no critic",
+        "critic_learning_rate": "GRPO has no critic",
+        "critic_warmup_steps": "GRPO has no critic",
+        "vf_coef": "GRPO has no value loss",
+        "cliprange_value": "GRPO has no value loss",
+        "gamma": "GRPO's advantage is the group-normalised reward, not GAE",
+        "lam": "GRPO's advantage is the group-normalised reward, not GAE",
+        "whiten_rewards": "nearest: grpo.scale_rewards",
+        "num_mini_batches": "nearest: grpo.steps_per_generation",
+        "missing_eos_penalty": "nearest: grpo.mask_truncated_completions",
+        "none_reward": "GRPO leaves samples out of a reward that returns None",
+    }
+
+
+def complete_migration(recipe: dict[str, Any], section: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """A group size that divides the generation batch, when the source had no groups."""
+    return trl_groups.migrated_group(recipe, section, NAME, DEFAULT_GROUP_SIZE)

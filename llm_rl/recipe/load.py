@@ -7,25 +7,21 @@ and the dotted key.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import dataclasses
 import difflib
-import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
+from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError, did_you_mean
 from llm_rl.run_folder import stage_folder
-from llm_rl.schema import SHARED_TRL_FIELDS, Recipe, Schedule
-
-# ----------------------------------------------------------------------------------------------------
-# Loading
-# ----------------------------------------------------------------------------------------------------
+from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -122,13 +118,30 @@ def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
 
 def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:
     """Build the typed recipe, turning the first schema error into a message naming the key."""
+    check_top_level(raw, where)
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as err:
         raise RecipeError(describe_validation_error(err), where=where) from None
-    check_trl_sections(recipe, where)
+    check_algorithm_sections(recipe, where)
     check_cross_fields(recipe, where)
     return recipe
+
+
+def check_top_level(raw: dict[str, Any], where: str) -> None:
+    """The algorithm is one the registry lists, and every other top-level key is a shared section or an
+    algorithm's section (a mapping)."""
+    algorithm = raw.get("algorithm", "grpo")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise RecipeError(f"algorithm: input should be {known_names()}, got {algorithm!r}", where=where)
+    for key, value in raw.items():
+        if key in ALGORITHMS:
+            if not isinstance(value, dict):
+                raise RecipeError(f"{key}: input should be a valid dictionary, got {value!r}", where=where)
+        elif key not in Recipe.model_fields:
+            suggestion = suggest_key(Recipe, [key], extra=list(ALGORITHMS))
+            hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+            raise RecipeError(f"{key}: unknown key{hint}", where=where)
 
 
 def describe_validation_error(err: ValidationError, schema: type[BaseModel] | None = None) -> str:
@@ -169,8 +182,9 @@ KEY_SYNONYMS = {
 }
 
 
-def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
-    """The closest valid key to an unknown one, found by walking the schema to its section."""
+def suggest_key(model: type[BaseModel], loc: list[str], extra: list[str] | None = None) -> str | None:
+    """The closest valid key to an unknown one, found by walking the schema to its section (`extra`:
+    more keys the section takes)."""
     for part in loc[:-1]:
         if part.isdigit():
             continue
@@ -184,65 +198,36 @@ def suggest_key(model: type[BaseModel], loc: list[str]) -> str | None:
     synonym = KEY_SYNONYMS.get(loc[-1])
     if synonym in model.model_fields:
         return synonym
-    matches = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    matches = difflib.get_close_matches(loc[-1], [*model.model_fields, *(extra or [])], n=1, cutoff=0.6)
     return matches[0] if matches else None
 
 
-def training_argument_fields() -> frozenset[str]:
-    """The fields of transformers' `TrainingArguments` that a config can take."""
-    from transformers import TrainingArguments
-
-    return frozenset(f.name for f in dataclasses.fields(TrainingArguments) if f.init)
-
-
-def section_fields(algorithm: str) -> frozenset[str]:
-    """The keys an algorithm's section takes: GRPOConfig's fields for `grpo:`; for `ppo:`, the PPO keys
-    of our schema and the fields of `TrainingArguments`, less those refused."""
-    if algorithm == "grpo":
-        from trl import GRPOConfig
-
-        return frozenset(f.name for f in dataclasses.fields(GRPOConfig) if f.init)
-    return (frozenset(PPOSettings.model_fields) | training_argument_fields()) - PPO_REFUSED_KEYS.keys()
-
-
-def check_trl_sections(recipe: Recipe, where: str) -> None:
-    """`grpo:` keys must be fields of TRL's GRPOConfig, `ppo:` keys PPO keys of ours (`PPOSettings`) or
-    `TrainingArguments` fields; neither may be a shared-section key."""
-    for algorithm in ("grpo", "ppo"):
-        section: dict[str, Any] = getattr(recipe, algorithm)
+def check_algorithm_sections(recipe: Recipe, where: str) -> None:
+    """Each algorithm section the recipe has, active or not: no key of a shared section, then the
+    algorithm's own checks of its keys."""
+    for name, algorithm in ALGORITHMS.items():
+        section = recipe.section(name)
         if not section:
             continue
-        fields = section_fields(algorithm)
         for key in section:
-            if algorithm == "ppo" and key in PPO_REFUSED_KEYS:
-                raise RecipeError(
-                    f"ppo.{key}: not used by llm_rl's PPO: {PPO_REFUSED_KEYS[key]}", where=where
-                )
             if key in SHARED_TRL_FIELDS:
                 raise RecipeError(
-                    f"{algorithm}.{key}: set by the shared section; use {SHARED_TRL_FIELDS[key]} instead",
+                    f"{name}.{key}: set by the shared section; use {SHARED_TRL_FIELDS[key]} instead",
                     where=where,
                 )
-            if key not in fields:
-                if algorithm == "grpo":
-                    raise RecipeError(
-                        f"grpo.{key}: not a field of TRL's GRPOConfig{did_you_mean(key, sorted(fields))}",
-                        where=where,
-                    )
-                # Suggest the PPO keys first: a misspelt PPO key is likelier than a TrainingArguments field.
-                hint = did_you_mean(
-                    key, [*PPOSettings.model_fields, *sorted(fields - PPOSettings.model_fields.keys())]
-                )
-                raise RecipeError(
-                    f"ppo.{key}: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments "
-                    f"fields){hint}",
-                    where=where,
-                )
-    if recipe.ppo:
-        try:
-            ppo_settings(recipe)
-        except RecipeError as err:
-            raise RecipeError(str(err), where=where) from None
+        with naming(where):
+            algorithm.check_section(section, recipe)
+
+
+@contextlib.contextmanager
+def naming(where: str) -> Iterator[None]:
+    """Adds the file to a `RecipeError` raised without one."""
+    try:
+        yield
+    except RecipeError as err:
+        if err.where is not None:
+            raise
+        raise RecipeError(str(err), where=where) from None
 
 
 def check_cross_fields(recipe: Recipe, where: str) -> None:
@@ -282,9 +267,8 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
             f"checkpointing.resume: {resume!r} is neither 'auto', 'never' nor an existing checkpoint",
             where=where,
         )
-    if recipe.algorithm == "grpo":
-        check_grpo_batches(recipe, where)
-    check_advantages(recipe, where)
+    with naming(where):
+        ALGORITHMS[recipe.algorithm].check_recipe(recipe)
     check_schedules(recipe, where)
     if recipe.stages:
         stage_recipes(recipe, recipe.output_dir, where)
@@ -297,99 +281,24 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
         )
 
 
-def check_grpo_batches(recipe: Recipe, where: str) -> None:
-    """GRPO forms groups of num_generations completions; the generation batch must hold whole groups."""
-    group = recipe.grpo.get("num_generations", 8)
-    if not isinstance(group, int) or group < 2:
-        raise RecipeError(
-            "grpo.num_generations: must be an integer of at least 2 (advantages are relative to the group)",
-            where=where,
-        )
-    training = recipe.training
-    steps_per_generation = recipe.grpo.get("steps_per_generation") or training.gradient_accumulation_steps
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    generation_batch = recipe.grpo.get("generation_batch_size") or (
-        training.per_device_batch_size * steps_per_generation * world_size
-    )
-    if generation_batch % group:
-        raise RecipeError(
-            f"grpo.num_generations: the generation batch of {generation_batch} completions "
-            f"(training.per_device_batch_size x steps per generation x {world_size} processes) is not "
-            f"a multiple of the group "
-            f"size {group}; each prompt's {group} completions must be generated together",
-            where=where,
-        )
-
-
-def check_advantages(recipe: Recipe, where: str) -> None:
-    """`advantages:` against the algorithm, and against the TRL keys that say the same thing."""
-    advantages = recipe.advantages
-    if recipe.algorithm == "ppo" and advantages.normalize == "group":
-        raise RecipeError(
-            "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
-            "PPO samples one completion per prompt: use 'batch' or 'none'",
-            where=where,
-        )
-    if advantages.normalize != "auto" and "scale_rewards" in recipe.grpo:
-        raise RecipeError(
-            "advantages.normalize and grpo.scale_rewards both set: they are the same setting; keep one",
-            where=where,
-        )
-    if advantages.whiten_rewards and "whiten_rewards" in recipe.ppo:
-        raise RecipeError(
-            "advantages.whiten_rewards and ppo.whiten_rewards both set: they are the same setting; keep one",
-            where=where,
-        )
-
-
-# Scalar settings the trainers read at every update, by algorithm: the keys `schedules:` accepts.
-SCHEDULABLE = {
-    "grpo": ("grpo.beta", "grpo.epsilon", "generation.temperature"),
-    "ppo": (
-        "ppo.cliprange",
-        "ppo.cliprange_value",
-        "ppo.kl_coef",
-        "ppo.lam",
-        "ppo.gamma",
-        "ppo.vf_coef",
-        "ppo.entropy_coef",
-        "generation.temperature",
-    ),
-}
-
-
-def active_schedules(recipe: Recipe) -> dict[str, Schedule]:
-    """The schedules this recipe's algorithm reads; the other algorithm's keys wait for a swap, like its section."""
-    return {key: value for key, value in recipe.schedules.items() if key in SCHEDULABLE[recipe.algorithm]}
-
-
 def check_schedules(recipe: Recipe, where: str) -> None:
-    """Each schedule names a setting a trainer reads every update, set in one place only."""
-    every_key = {key for keys in SCHEDULABLE.values() for key in keys}
-    for key, schedule in recipe.schedules.items():
+    """Each schedule names a setting some algorithm's trainer reads every update, set in one place only."""
+    every_key = {key for algorithm in ALGORITHMS.values() for key in algorithm.SCHEDULABLE}
+    for key in recipe.schedules:
         if key not in every_key:
             hint = did_you_mean(key, sorted(every_key))
+            per_algorithm = "; ".join(
+                f"{name.upper()}: {', '.join(algorithm.SCHEDULABLE)}"
+                for name, algorithm in ALGORITHMS.items()
+            )
             raise RecipeError(
-                f"schedules.{key}: not a setting that can follow a schedule{hint}; "
-                f"GRPO: {', '.join(SCHEDULABLE['grpo'])}; PPO: {', '.join(SCHEDULABLE['ppo'])}",
+                f"schedules.{key}: not a setting that can follow a schedule{hint}; {per_algorithm}",
                 where=where,
             )
         section, _, field = key.partition(".")
-        if section in ("grpo", "ppo") and field in getattr(recipe, section):
+        if field in recipe.section(section):
             raise RecipeError(
                 f"schedules.{key}: {key} is also set as a value; give it one or the other", where=where
-            )
-        if key == "grpo.beta" and recipe.algorithm == "grpo" and schedule.value_at(0) <= 0:
-            raise RecipeError(
-                "schedules.grpo.beta: must start above 0: GRPO builds its reference model only when "
-                "beta is above 0 at the start",
-                where=where,
-            )
-        if key == "generation.temperature" and recipe.grpo.get("use_vllm") and recipe.algorithm == "grpo":
-            raise RecipeError(
-                "schedules.generation.temperature: vLLM reads the temperature once at start-up; "
-                "schedule it without grpo.use_vllm or keep it constant",
-                where=where,
             )
 
 

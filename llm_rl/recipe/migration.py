@@ -13,26 +13,17 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings
+from llm_rl.algorithms.base import Algorithm, Counterpart
+from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
-from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, section_fields, validate_recipe
+from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
 from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
-from llm_rl.training.args import steps_for_budget
-
-# The critic learns this many times faster than the policy (verl's and our arithmetic recipe's ratio).
-CRITIC_LR_FACTOR = 10.0
-# Critic warm-up in migrated PPO recipes: this share of the run's updates, at most CRITIC_WARMUP_MAX.
-CRITIC_WARMUP_SHARE = 0.05
-CRITIC_WARMUP_MAX = 50
-# TRL's GRPO default group size, used when a PPO recipe becomes a GRPO one.
-DEFAULT_GROUP_SIZE = 8
 
 
 @dataclass
@@ -215,7 +206,7 @@ DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32
 
 def import_flat(flat: dict[str, Any]) -> Migration:
     """A flat TRL-style GRPO YAML as our GRPO recipe, each key accounted for."""
-    grpo_fields = section_fields("grpo")
+    grpo_fields = ALGORITHMS["grpo"].section_fields()
     out = Migration({"algorithm": "grpo"})
     handled = {"reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to"}
     import_rewards(flat, out)
@@ -341,161 +332,62 @@ def import_save_steps(flat: dict[str, Any], value: Any, out: Migration) -> None:
 # GRPO -> PPO and back, on our schema
 # ----------------------------------------------------------------------------------------------------
 
-# grpo.* -> ppo.*, with what the mapping means.
-GRPO_TO_PPO = {
-    "beta": (
-        "kl_coef",
-        "GRPO's beta weighs a KL loss term; PPO's kl_coef subtracts a per-token KL penalty from the "
-        "reward: same value, another place",
-    ),
-    "epsilon": ("cliprange", "the ratio clip of the policy loss"),
-    "num_iterations": ("num_ppo_epochs", "passes over each batch of generations"),
-}
-PPO_TO_GRPO = {ppo: (grpo, note) for grpo, (ppo, note) in GRPO_TO_PPO.items()}
 
-# GRPO settings with no PPO counterpart, and the nearest thing where there is one.
-GRPO_ONLY = {
-    "num_generations_eval": "PPO samples one completion per prompt",
-    "loss_type": "PPO's loss is the clipped surrogate averaged over tokens",
-    "scale_rewards": "PPO normalises advantages itself; ppo.whiten_rewards is the nearest knob",
-    "epsilon_high": "PPO's clip is symmetric (ppo.cliprange)",
-    "mask_truncated_completions": "nearest: ppo.missing_eos_penalty",
-    "steps_per_generation": "PPO generates each update's batch; ppo.num_mini_batches splits it",
-    "generation_batch_size": "PPO generates each update's batch",
-    "use_vllm": "our PPO loop generates with transformers' generate",
-    "importance_sampling_level": "no sequence-level ratio in PPO",
-    "top_entropy_quantile": "no entropy masking in PPO",
-    "delta": "no two-sided clipping in PPO",
-    "sync_ref_model": "PPO's reference model stays fixed",
-    "router_aux_loss_coef": "PPO adds no Mixture-of-Experts load-balancing loss",
-}
-
-# PPO settings with no GRPO counterpart.
-PPO_ONLY = {
-    "value_model": "GRPO has no critic",
-    "critic_learning_rate": "GRPO has no critic",
-    "critic_warmup_steps": "GRPO has no critic",
-    "vf_coef": "GRPO has no value loss",
-    "cliprange_value": "GRPO has no value loss",
-    "gamma": "GRPO's advantage is the group-normalised reward, not GAE",
-    "lam": "GRPO's advantage is the group-normalised reward, not GAE",
-    "whiten_rewards": "nearest: grpo.scale_rewards",
-    "num_mini_batches": "nearest: grpo.steps_per_generation",
-    "missing_eos_penalty": "nearest: grpo.mask_truncated_completions",
-    "none_reward": "GRPO leaves samples out of a reward that returns None",
-}
-
-
-def grpo_to_ppo(source: dict[str, Any], out: Migration) -> None:
-    """Our GRPO recipe as a PPO recipe, into `out` with a row per GRPO setting."""
+def convert(source: dict[str, Any], source_algorithm: str, target: str, out: Migration) -> None:
+    """The recipe as one for `target`, into `out` with a row for each setting of the source's section."""
     recipe = copy.deepcopy(source)
-    recipe["algorithm"] = "ppo"
-    group = (recipe.get("grpo") or {}).get("num_generations", DEFAULT_GROUP_SIZE)
-    no_counterpart = {**GRPO_ONLY, "num_generations": batch_semantics(recipe, group)}
-    # TRL's GRPOConfig defaults, which differ from PPO's where they have a counterpart.
-    defaults = {"beta": 0.0, "epsilon": 0.2}
-    ppo = convert_section(recipe, "grpo", "ppo", defaults, GRPO_TO_PPO, no_counterpart, out)
-    add_critic_settings(recipe, ppo, out)
-    recipe["ppo"] = ppo
+    recipe["algorithm"] = target
+    section = convert_section(recipe, ALGORITHMS[source_algorithm], ALGORITHMS[target], out)
+    for key, value, note in ALGORITHMS[target].complete_migration(recipe, section):
+        out.keep("(added)", value, f"{target}.{key}", note)
+    recipe[target] = section
     out.recipe = recipe
 
 
 def convert_section(
-    recipe: dict[str, Any],
-    source: str,
-    target: str,
-    defaults: dict[str, Any],
-    renames: dict[str, tuple[str, str]],
-    no_counterpart: dict[str, str],
-    out: Migration,
+    recipe: dict[str, Any], source: Algorithm, target: Algorithm, out: Migration
 ) -> dict[str, Any]:
-    """Pop the source algorithm's section and return it as the target's: keys renamed, TRL fields both
-    configs share kept, the rest warned about."""
-    section = recipe.pop(source, {}) or {}
-    fields = section_fields(target)
+    """Pop the source algorithm's section and return it as the target's: settings both have under other
+    names renamed (the source's TRL defaults carried where the target's differ), keys both take kept,
+    the rest warned about."""
+    section = recipe.pop(source.NAME, {}) or {}
+    fields = target.section_fields()
+    renames = {
+        mine.key: (target.COUNTERPARTS[shared].key, rename_note(mine, target.COUNTERPARTS[shared]))
+        for shared, mine in source.COUNTERPARTS.items()
+        if shared in target.COUNTERPARTS
+    }
+    defaults = {
+        mine.key: mine.default
+        for shared, mine in source.COUNTERPARTS.items()
+        if mine.default is not None
+        and shared in target.COUNTERPARTS
+        and mine.key != target.COUNTERPARTS[shared].key
+    }
+    missing = target.missing_counterparts(recipe | {source.NAME: section})
     converted: dict[str, Any] = {}
     for key, value in {**defaults, **section}.items():
-        origin = f"{source}.{key}" if key in section else f"{source}.{key} (TRL default)"
+        origin = f"{source.NAME}.{key}" if key in section else f"{source.NAME}.{key} (TRL default)"
         if key in renames:
             name, note = renames[key]
             converted[name] = value
-            out.keep(origin, value, f"{target}.{name}", note)
-        elif target == "ppo" and key in PPO_REFUSED_KEYS:
-            out.warn(origin, value, f"not used by llm_rl's PPO: {PPO_REFUSED_KEYS[key]}")
-        elif key in no_counterpart or key.startswith("vllm_"):
-            why = no_counterpart.get(key, "no vLLM in our PPO loop")
-            out.warn(origin, value, f"no {target.upper()} counterpart: {why}")
+            out.keep(origin, value, f"{target.NAME}.{name}", note)
+        elif key in missing or (key not in fields and key.startswith("vllm_")):
+            why = missing.get(key, f"no vLLM in llm_rl's {target.NAME.upper()}")
+            out.warn(origin, value, f"no {target.NAME.upper()} counterpart: {why}")
         elif key in fields:
             converted[key] = value
-            out.keep(origin, value, f"{target}.{key}")
+            out.keep(origin, value, f"{target.NAME}.{key}")
         else:
-            out.warn(origin, value, f"no {target.upper()} counterpart")
+            out.warn(origin, value, f"no {target.NAME.upper()} counterpart")
     return converted
 
 
-def batch_semantics(recipe: dict[str, Any], group: int) -> str:
-    """What an update's batch holds under GRPO and under PPO."""
-    batch = get(recipe, "training.per_device_batch_size", 8) * get(
-        recipe, "training.gradient_accumulation_steps", 1
-    )
-    return (
-        f"PPO samples one completion per prompt (its critic, not a group, gives the baseline): an update's "
-        f"{batch} samples per device are now {batch} prompts, not {batch // group} prompts x {group} completions"
-    )
-
-
-def add_critic_settings(recipe: dict[str, Any], ppo: dict[str, Any], out: Migration) -> None:
-    """The critic a migrated PPO recipe starts with: where from, how fast it learns, its warm-up."""
-    rewards = recipe.get("rewards") or []
-    has_reward_model = any(isinstance(r, dict) and r.get("name") == "reward_model" for r in rewards)
-    ppo["value_model"] = "reward_model" if has_reward_model else "policy"
-    out.keep(
-        "(added)",
-        ppo["value_model"],
-        "ppo.value_model",
-        "the critic starts from the reward model" if has_reward_model else "the policy's weights, a new head",
-    )
-    learning_rate = get(recipe, "training.learning_rate", Recipe().training.learning_rate)
-    ppo["critic_learning_rate"] = float(learning_rate) * CRITIC_LR_FACTOR
-    out.keep(
-        "(added)", ppo["critic_learning_rate"], "ppo.critic_learning_rate", "10 x training.learning_rate"
-    )
-    updates = planned_updates(recipe)
-    warmup = min(CRITIC_WARMUP_MAX, math.floor(updates * CRITIC_WARMUP_SHARE))
-    ppo["critic_warmup_steps"] = warmup
-    out.keep("(added)", warmup, "ppo.critic_warmup_steps", f"5% of the run's {updates} updates, at most 50")
-
-
-def planned_updates(recipe: dict[str, Any]) -> int:
-    """The run's optimizer updates as PPO will count them (one process)."""
-    validated = Recipe.model_validate({k: v for k, v in recipe.items() if k not in ("grpo", "ppo")})
-    training = validated.training
-    per_update = training.per_device_batch_size * training.gradient_accumulation_steps
-    return steps_for_budget(validated, per_update)
-
-
-def ppo_to_grpo(source: dict[str, Any], out: Migration) -> None:
-    """Our PPO recipe as a GRPO recipe, with a group size that divides the generation batch."""
-    recipe = copy.deepcopy(source)
-    recipe["algorithm"] = "grpo"
-    # PPO's defaults (TRL's PPOConfig's), which differ from GRPOConfig's where they have a counterpart.
-    defaults = {"kl_coef": PPOSettings().kl_coef, "cliprange": PPOSettings().cliprange}
-    grpo = convert_section(recipe, "ppo", "grpo", defaults, PPO_TO_GRPO, PPO_ONLY, out)
-    batch = get(recipe, "training.per_device_batch_size", 8) * get(
-        recipe, "training.gradient_accumulation_steps", 1
-    )
-    group = max((g for g in range(2, DEFAULT_GROUP_SIZE + 1) if batch % g == 0), default=None)
-    if group is None:
-        raise RecipeError(
-            f"training.per_device_batch_size x gradient_accumulation_steps is {batch}: GRPO needs it to hold "
-            "whole groups of at least 2 completions",
-        )
-    grpo["num_generations"] = group
-    out.keep(
-        "(added)", group, "grpo.num_generations", f"{batch // group} prompts x {group} completions per update"
-    )
-    recipe["grpo"] = grpo
-    out.recipe = recipe
+def rename_note(mine: Counterpart, theirs: Counterpart) -> str:
+    """What a renamed setting means on both sides."""
+    if mine.meaning == theirs.meaning:
+        return mine.meaning
+    return f"{mine.meaning}; {theirs.meaning}: same value, another place"
 
 
 def rename_run(recipe: dict[str, Any], source_algorithm: str, target: str, out: Migration) -> None:
@@ -514,13 +406,15 @@ def rename_run(recipe: dict[str, Any], source_algorithm: str, target: str, out: 
 def account_for_kept_keys(source: dict[str, Any], out: Migration) -> None:
     """A row for every source key the conversion carried unchanged."""
     for dotted, value in leaves(source):
-        if dotted.split(".")[0] in ("grpo", "ppo", "algorithm") or dotted in ("run.name", "run.output_dir"):
+        if dotted.split(".")[0] in (*ALGORITHMS, "algorithm") or dotted in ("run.name", "run.output_dir"):
             continue
         out.keep(dotted, value, dotted, "kept")
 
 
 def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration:
-    """Convert the recipe at `path` to `target` ("ppo" or "grpo"), checked against our schema."""
+    """Convert the recipe at `path` to `target` (an algorithm's name), checked against our schema."""
+    if target not in ALGORITHMS:
+        raise RecipeError(f"--to: input should be {known_names()}, got {target!r}")
     raw, flat = read_source(path)
     imported = import_flat(raw) if flat else None
     source = imported.recipe if imported else raw
@@ -533,8 +427,7 @@ def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration
     if source_algorithm == target:
         out.recipe = copy.deepcopy(source)
     else:
-        convert = grpo_to_ppo if target == "ppo" else ppo_to_grpo
-        convert(source, out)
+        convert(source, source_algorithm, target, out)
         rename_run(out.recipe, source_algorithm, target, out)
     if imported:
         out.rows = chain_rows(imported.rows, out.rows)

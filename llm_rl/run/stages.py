@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,22 +21,22 @@ from typing import Any
 import yaml
 from accelerate import PartialState
 
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.metrics import JsonlSink, MetricSink
 from llm_rl.monitoring.sinks import make_sinks
 from llm_rl.recipe.load import stage_recipes
-from llm_rl.run.training import is_main_process, train
 from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
     RECIPE_FILE,
     SUMMARY_FILE,
-    VALUE_MODEL_DIR,
     checkpoint_step,
     read_rows,
     reward_series,
     write_atomic,
 )
 from llm_rl.schema import Recipe
+from llm_rl.training.args import is_main_process
 from llm_rl.training.checkpoints import list_checkpoints
 
 # A stage that ended this way hands its policy on to the next; any other status ends the run.
@@ -83,13 +84,11 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
 
 
 def hand_over(stage: Recipe, previous: Recipe, overrides: dict[str, Any]) -> None:
-    """Start a stage from the previous stage's final policy (and critic, PPO after PPO)."""
+    """Start a stage from the previous stage's final policy, and whatever else its algorithm keeps
+    (PPO after PPO: the critic)."""
     final = previous.output_dir / FINAL_DIR
     stage.model.policy = str(final)
-    critic = final / VALUE_MODEL_DIR
-    chosen_in_stage = "value_model" in (overrides.get("ppo") or {})
-    if stage.algorithm == "ppo" and critic.is_dir() and not chosen_in_stage:
-        stage.ppo = {**stage.ppo, "value_model": str(critic)}
+    ALGORITHMS[stage.algorithm].hand_over(stage, final, overrides)
 
 
 def kept_rows(run_folder: Path, stages: list[Recipe]) -> list[dict[str, Any]]:
@@ -154,8 +153,13 @@ def staged_summary(
     }
 
 
-def train_stages(recipe: Recipe) -> dict[str, Any]:
-    """Run every stage in order and return the run's summary; the run folder is consistent whatever happens."""
+# Trains one stage's recipe in its place in the staged run, returning its summary (`llm_rl.run.training.train`).
+StageTrainer = Callable[[Recipe, StageContext], dict[str, Any]]
+
+
+def train_stages(recipe: Recipe, train_stage: StageTrainer) -> dict[str, Any]:
+    """Run every stage in order with `train_stage` and return the run's summary; the run folder is
+    consistent whatever happens."""
     started = time.perf_counter()
     folder = recipe.output_dir
     stages = stage_recipes(recipe, folder, str(folder / RECIPE_FILE))
@@ -172,7 +176,7 @@ def train_stages(recipe: Recipe) -> dict[str, Any]:
             summary = read_summary(stage.output_dir)
             if summary is None or summary["status"] not in FINISHED:
                 offsets = (sum(s["steps"] for s in summaries), sum(s["samples"] for s in summaries))
-                summary = train(stage, StageContext(index, *offsets, sinks))
+                summary = train_stage(stage, StageContext(index, *offsets, sinks))
                 # Every process needs the stage's final folder before the next stage loads it.
                 PartialState().wait_for_everyone()
             summaries.append(summary)

@@ -6,29 +6,25 @@ folder is touched) -> run folder -> trainer -> train -> final model -> run summa
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
 import time
 from functools import partial
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import yaml
 from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
-from llm_rl.algorithms.base import Components
-from llm_rl.data.prompts import load_prompt_data
-from llm_rl.models.load import load_policy, load_tokenizer, resolve_model_path, training_tokenizer
+from llm_rl.algorithms.base import Components, build_components
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.alerts import Alerts, NoNonFiniteSaves
 from llm_rl.monitoring.metrics import MetricsCallback
 from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback
 from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
-from llm_rl.recipe.load import active_schedules
-from llm_rl.rewards import build_reward_functions
+from llm_rl.run.stages import StageContext, train_stages
 from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
@@ -40,26 +36,13 @@ from llm_rl.run_folder import (
     write_atomic,
 )
 from llm_rl.schema import Recipe
+from llm_rl.training.args import is_main_process
 from llm_rl.training.checkpoints import CheckpointManager, clear_staging, list_checkpoints, read_state
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.training.evaluation import held_out_reward
-from llm_rl.training.schedules import ScheduleCallback
-
-if TYPE_CHECKING:
-    from llm_rl.run.stages import StageContext
+from llm_rl.training.schedules import ScheduleCallback, active_schedules
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-
-def algorithm_module(algorithm: str) -> ModuleType:
-    """The trainer builder of an algorithm: `llm_rl.algorithms.grpo` or `llm_rl.algorithms.ppo.algorithm`."""
-    modules = {"grpo": "llm_rl.algorithms.grpo", "ppo": "llm_rl.algorithms.ppo.algorithm"}
-    return importlib.import_module(modules[algorithm])
-
-
-def is_main_process() -> bool:
-    """Rank 0 writes the run folder; other ranks only train."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def serial_tokenizers_on_cpu() -> None:
@@ -72,17 +55,6 @@ def serial_tokenizers_on_cpu() -> None:
     """
     if not torch.accelerator.is_available():
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def build_components(recipe: Recipe) -> Components:
-    """Load everything the recipe names; every error here is the user's to fix (exit code 2)."""
-    saved_tokenizer = load_tokenizer(recipe.model)
-    tokenizer = training_tokenizer(saved_tokenizer)
-    data = load_prompt_data(recipe.data, tokenizer, recipe.run.seed)
-    rewards = build_reward_functions(recipe.rewards)
-    policy_path = resolve_model_path(recipe.model.policy)
-    policy = load_policy(recipe.model, recipe.training.precision)
-    return Components(recipe, tokenizer, policy, data, rewards, policy_path, saved_tokenizer=saved_tokenizer)
 
 
 def find_resume_checkpoint(recipe: Recipe) -> Path | None:
@@ -163,14 +135,12 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     its place in the run.
     """
     if recipe.stages:
-        from llm_rl.run.stages import train_stages
-
-        return train_stages(recipe)
+        return train_stages(recipe, train)
     started = time.perf_counter()
     serial_tokenizers_on_cpu()
     set_seed(recipe.run.seed)
     components = build_components(recipe)
-    algorithm = algorithm_module(recipe.algorithm)
+    algorithm = ALGORITHMS[recipe.algorithm]
     algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     components.held_out = held_out_reward(components)
@@ -189,7 +159,7 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     no_broken_saves = NoNonFiniteSaves()
     callbacks = [metrics, checkpoints, *([early_stopping] if early_stopping else []), alerts, no_broken_saves]
     trainer = algorithm.build_trainer(components, callbacks)
-    schedules = active_schedules(recipe)
+    schedules = active_schedules(recipe, algorithm.SCHEDULABLE)
     if schedules:
         apply = partial(algorithm.apply_setting, trainer)
         scheduled = ScheduleCallback(schedules, count_samples, apply, stage.samples_offset if stage else 0)

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.errors import DataError
 from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, read_rows, stage_folder
 
@@ -88,44 +89,14 @@ def reward_flat(run: Run) -> Finding | None:
     if last - first > max(0.01, 0.5 * spread):
         return None
     evidence = f"reward/mean {first:.3f} in the first fifth and {last:.3f} in the last ({span(points)})"
-    if run.algorithm == "ppo":
-        return Finding("reward flat", evidence + "; " + critic_diagnosis(run), critic_advice(run))
-    zero = run.series("reward/frac_zero_std")
-    if zero and statistics.mean(v for _, v in zero) > 0.5:
-        share = statistics.mean(v for _, v in zero)
-        return Finding(
-            "reward flat",
-            f"{evidence}; {share:.0%} of groups had one reward for all their completions (reward/frac_zero_std)",
-            "those groups carry no advantage: raise grpo.num_generations or generation.temperature, or add a "
-            "denser reward (partial credit, a format term)",
-        )
+    algorithm = ALGORITHMS.get(run.algorithm)
+    hint = algorithm.flat_reward_hint(run.series) if algorithm else None
+    if hint is not None:
+        shown, advice = hint
+        return Finding("reward flat", f"{evidence}; {shown}", advice)
     return Finding(
         "reward flat", evidence, "raise training.learning_rate, or check the reward on sample completions"
     )
-
-
-def late_explained_variance(run: Run) -> float | None:
-    """The critic's median explained variance over the second half of the run, if it was logged."""
-    variance = run.series("value/explained_variance")
-    return statistics.median(v for _, v in variance[len(variance) // 2 :]) if variance else None
-
-
-def critic_diagnosis(run: Run) -> str:
-    """What value loss and explained variance say about the critic."""
-    median = late_explained_variance(run)
-    if median is None:
-        return "no value/explained_variance logged"
-    return f"the critic's explained variance over the second half was {median:.2f}"
-
-
-def critic_advice(run: Run) -> str:
-    """A critic that explains nothing learns too slowly; one that explains everything fits too fast."""
-    median = late_explained_variance(run)
-    if median is not None and median < 0.1:
-        return "the critic lags: raise ppo.critic_learning_rate or ppo.critic_warmup_steps"
-    if median is not None and median > 0.95:
-        return "the critic fits the returns almost exactly, leaving advantages near 0: lower ppo.critic_learning_rate"
-    return "raise training.learning_rate, or check the reward on sample completions"
 
 
 def reward_swinging(run: Run) -> Finding | None:
@@ -165,7 +136,8 @@ def kl_drifting(run: Run) -> Finding | None:
     points, first, last = found
     if last < 0.1 or last < 3 * max(first, 1e-3):
         return None
-    coefficient = "ppo.kl_coef" if run.algorithm == "ppo" else "grpo.beta"
+    algorithm = ALGORITHMS.get(run.algorithm)
+    coefficient = algorithm.KL_COEFFICIENT if algorithm else "the KL coefficient"
     return Finding(
         "KL drifting up",
         f"kl {first:.3f} in the first fifth and {last:.3f} in the last ({span(points)})",

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models.load import is_adapter_folder, merged_adapter_path
-from llm_rl.run_folder import FINAL_DIR
+from llm_rl.run_folder import FINAL_DIR, VALUE_MODEL_DIR
 from llm_rl.training.checkpoints import list_checkpoints
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -46,7 +46,7 @@ def export_policy(source: Path, output: Path, dtype: str, merge_lora: bool) -> P
     shutil.rmtree(partial, ignore_errors=True)
     if is_adapter_folder(folder) and not merge_lora:
         shutil.copytree(
-            folder, partial, ignore=shutil.ignore_patterns("value_model", "*.pt", "*.pth", "rng_state*")
+            folder, partial, ignore=shutil.ignore_patterns(VALUE_MODEL_DIR, "*.pt", "*.pth", "rng_state*")
         )
     else:
         weights = merged_adapter_path(folder) if is_adapter_folder(folder) else folder

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from llm_rl.algorithms.ppo.settings import ppo_settings
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models.load import resolve_model_path
 from llm_rl.schema import Recipe
@@ -139,18 +139,16 @@ def recipe_models(recipe: Recipe) -> tuple[list[ModelShape], list[ModelShape]]:
     With LoRA the policy's base is frozen (the adapter's own states are well under 1% of it) and is
     also the reference model; PPO's critic is a whole trainable model either way.
     """
-    from llm_rl.algorithms.ppo.critic import value_model_source
-
     remote = recipe.model.trust_remote_code
     lora = recipe.model.lora.enabled
     policy_path = resolve_model_path(recipe.model.policy)
     policy = model_shape("policy", policy_path, causal_lm=True, trust_remote_code=remote)
     trainable, frozen = ([], [renamed(policy, "policy (LoRA base)")]) if lora else ([policy], [])
-    if recipe.algorithm == "ppo":
-        critic_path, _ = value_model_source(recipe, policy_path)
+    algorithm = ALGORITHMS[recipe.algorithm]
+    critic_path = algorithm.critic_path(recipe, policy_path)
+    if critic_path is not None:
         trainable.append(model_shape("critic", critic_path, causal_lm=False, trust_remote_code=remote))
-    needs_reference = recipe.algorithm == "ppo" or recipe.grpo.get("beta", 0.0) > 0
-    if needs_reference and not lora:
+    if algorithm.needs_reference(recipe) and not lora:
         frozen.append(renamed(policy, "reference"))
     for reward in recipe.rewards:
         if reward.name == "reward_model":
@@ -204,17 +202,6 @@ def kv_cache_bytes(model: ModelShape, batch: int, tokens: int) -> int:
     return 2 * model.layers * model.kv_width * tokens * batch * WEIGHT_BYTES
 
 
-def generation_batch(recipe: Recipe) -> int:
-    """Sequences generated at once on one GPU."""
-    training = recipe.training
-    local = training.per_device_batch_size * training.gradient_accumulation_steps
-    if recipe.algorithm == "ppo":
-        return min(ppo_settings(recipe).local_rollout_forward_batch_size, local)
-    return training.per_device_batch_size * (
-        recipe.grpo.get("steps_per_generation") or training.gradient_accumulation_steps
-    )
-
-
 def estimate(
     recipe: Recipe, trainable: list[ModelShape], frozen: list[ModelShape], gpus: int, strategy: Strategy
 ) -> Estimate:
@@ -230,7 +217,7 @@ def estimate(
     activations = activation_bytes(policy, batch, tokens, checkpointing, logit_tokens) + sum(
         activation_bytes(m, batch, tokens, checkpointing, logit_tokens=0) for m in critics
     )
-    generation = kv_cache_bytes(policy, generation_batch(recipe), tokens)
+    generation = kv_cache_bytes(policy, ALGORITHMS[recipe.algorithm].generation_batch(recipe), tokens)
     if strategy.zero_stage == 3:
         # Generation gathers the whole engine (ds3_gather_for_generation, on by default): the policy, and
         # PPO's critic, which trains in one engine with it.
@@ -246,8 +233,6 @@ def estimate(
 
 def plan(recipe: Recipe, gpus: int, gpu_memory: float) -> Plan:
     """The recipe's models and their per-GPU memory under every strategy."""
-    if recipe.algorithm == "ppo":
-        ppo_settings(recipe)
     trainable, frozen = recipe_models(recipe)
     strategies = STRATEGIES if gpus > 1 else (ONE_GPU,)
     estimates = [estimate(recipe, trainable, frozen, gpus, s) for s in strategies]
@@ -298,13 +283,19 @@ def describe_plan(result: Plan) -> str:
 
 
 def algorithm_comparison(recipe: Recipe, result: Plan) -> str:
-    """One line that puts the recipe's memory next to the other algorithm's on the same models."""
-    other = "grpo" if recipe.algorithm == "ppo" else "ppo"
-    swapped = plan(recipe.model_copy(update={"algorithm": other}), result.gpus, result.gpu_memory)
+    """One line per other algorithm that puts the recipe's memory next to that algorithm's on the same
+    models."""
     at = result.estimates.index(result.recommended) if result.recommended else 0
-    mine, theirs = result.estimates[at], swapped.estimates[at]
-    return (
-        f"the same models under {other.upper()}: {gigabytes(theirs.total)} GB per GPU with {mine.strategy.name}, "
-        f"against {gigabytes(mine.total)} GB under {recipe.algorithm.upper()} "
-        f"({theirs.total / mine.total:.0%})"
-    )
+    mine = result.estimates[at]
+    lines = []
+    for other in ALGORITHMS:
+        if other == recipe.algorithm:
+            continue
+        swapped = plan(recipe.model_copy(update={"algorithm": other}), result.gpus, result.gpu_memory)
+        theirs = swapped.estimates[at]
+        lines.append(
+            f"the same models under {other.upper()}: {gigabytes(theirs.total)} GB per GPU with "
+            f"{mine.strategy.name}, against {gigabytes(mine.total)} GB under {recipe.algorithm.upper()} "
+            f"({theirs.total / mine.total:.0%})"
+        )
+    return "\n".join(lines)

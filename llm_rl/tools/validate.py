@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_rl.algorithms.base import Components
+from llm_rl.algorithms.base import Components, build_components
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.recipe.load import stage_recipes
-from llm_rl.run.training import algorithm_module, build_components
 from llm_rl.schema import Recipe
 from llm_rl.training.args import save_every_steps, steps_for_budget
 
@@ -36,7 +36,7 @@ def describe_run(recipe: Recipe) -> str:
     if recipe.stages:
         return describe_stages(recipe)
     components = build_components(recipe)
-    algorithm = algorithm_module(recipe.algorithm)
+    algorithm = ALGORITHMS[recipe.algorithm]
     algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     per_step = algorithm.samples_per_step(recipe)
@@ -64,7 +64,7 @@ def describe_stages(recipe: Recipe) -> str:
     stages = stage_recipes(recipe, recipe.output_dir, "recipe")
     lines = [describe_run(stages[0]), f"stages    {len(stages)}, into {recipe.output_dir}"]
     for index, (entry, stage) in enumerate(zip(recipe.stages, stages, strict=True)):
-        algorithm = algorithm_module(stage.algorithm)
+        algorithm = ALGORITHMS[stage.algorithm]
         algorithm.trainer_config(stage)
         per_step = algorithm.samples_per_step(stage)
         steps = steps_for_budget(stage, per_step)

@@ -27,6 +27,11 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def is_main_process() -> bool:
+    """Rank 0 writes the run folder; other ranks only train."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def under_deepspeed() -> bool:
     """True when `accelerate launch` was given a DeepSpeed config."""
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"

@@ -12,14 +12,19 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from llm_rl.recipe.load import active_schedules
 from llm_rl.schema import Recipe, Schedule
 
 
-def start_values(recipe: Recipe) -> dict[str, float]:
+def active_schedules(recipe: Recipe, schedulable: tuple[str, ...]) -> dict[str, Schedule]:
+    """The schedules of the keys the recipe's algorithm reads (`schedulable`); the other algorithms'
+    keys wait for a swap, like their sections."""
+    return {key: value for key, value in recipe.schedules.items() if key in schedulable}
+
+
+def start_values(recipe: Recipe, schedulable: tuple[str, ...]) -> dict[str, float]:
     """Scheduled settings at sample 0, by field name (the key after its section), for the trainer's construction."""
     values = {}
-    for key, schedule in active_schedules(recipe).items():
+    for key, schedule in active_schedules(recipe, schedulable).items():
         field = key.split(".", 1)[1]
         values[field] = schedule.value_at(0)
     return values

@@ -9,21 +9,27 @@ the keys of TRL's former PPOConfig under their names and defaults, plus our own
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
-from llm_rl.algorithms.base import Components
-from llm_rl.algorithms.ppo.critic import load_value_model
+from llm_rl.algorithms.base import Components, Counterpart, Series
+from llm_rl.algorithms.ppo.critic import load_value_model, value_model_source
 from llm_rl.algorithms.ppo.generation import SamplingSettings
-from llm_rl.algorithms.ppo.settings import PPOSettings, ppo_settings
-from llm_rl.algorithms.ppo.trainer import PPOTrainer
+from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
 from llm_rl.data.prompts import tokenize_prompts
-from llm_rl.errors import DataError, RecipeError
+from llm_rl.errors import DataError, RecipeError, did_you_mean
 from llm_rl.models.completions import eos_token_ids
 from llm_rl.models.load import load_policy
 from llm_rl.models.lora import peft_config
 from llm_rl.rewards.scoring import RewardAdapter
+from llm_rl.run_folder import VALUE_MODEL_DIR
 from llm_rl.schema import Recipe
 from llm_rl.training.args import (
     SampleCounter,
@@ -34,6 +40,11 @@ from llm_rl.training.args import (
     world_size,
 )
 from llm_rl.training.schedules import start_values
+
+if TYPE_CHECKING:
+    from llm_rl.algorithms.ppo.trainer import PPOTrainer
+
+NAME = "ppo"
 
 # The trainer's log names (TRL's PPOTrainer's, which PPO users know) -> the unified names of metrics.jsonl.
 METRIC_NAMES = {
@@ -57,6 +68,77 @@ METRIC_NAMES = {
     "completions/clipped_ratio": "completion_length/clipped_ratio",
     "critic_warmup": "value/warmup",
 }
+SCHEDULABLE = (
+    "ppo.cliprange",
+    "ppo.cliprange_value",
+    "ppo.kl_coef",
+    "ppo.lam",
+    "ppo.gamma",
+    "ppo.vf_coef",
+    "ppo.entropy_coef",
+    "generation.temperature",
+)
+KL_COEFFICIENT = "ppo.kl_coef"
+COUNTERPARTS = {
+    "kl_coefficient": Counterpart(
+        "kl_coef", PPOSettings().kl_coef, "PPO's kl_coef subtracts a per-token KL penalty from the reward"
+    ),
+    "clip_range": Counterpart("cliprange", PPOSettings().cliprange, "the ratio clip of the policy loss"),
+    "epochs": Counterpart("num_ppo_epochs", None, "passes over each batch of generations"),
+}
+
+
+@dataclass
+class PPOInputs:
+    """What `prepare` loads for the trainer: the tokenized prompts, the critic and the reference model."""
+
+    prompts: Any
+    critic: PreTrainedModel
+    # None with LoRA: the reference is the policy with its adapter off.
+    reference: PreTrainedModel | None
+
+
+# --- the recipe ---
+
+
+def section_fields() -> frozenset[str]:
+    """The `ppo:` keys: our schema's PPO keys and the fields of `TrainingArguments`, less those refused."""
+    arguments = frozenset(f.name for f in dataclasses.fields(TrainingArguments) if f.init)
+    return (frozenset(PPOSettings.model_fields) | arguments) - PPO_REFUSED_KEYS.keys()
+
+
+def check_section(section: dict[str, Any], recipe: Recipe) -> None:
+    """`ppo:` keys are PPO keys of ours (`PPOSettings`) or `TrainingArguments` fields, with valid values."""
+    fields = section_fields()
+    for key in section:
+        if key in PPO_REFUSED_KEYS:
+            raise RecipeError(f"ppo.{key}: not used by llm_rl's PPO: {PPO_REFUSED_KEYS[key]}")
+        if key not in fields:
+            # Suggest the PPO keys first: a misspelt PPO key is likelier than a TrainingArguments field.
+            hint = did_you_mean(
+                key, [*PPOSettings.model_fields, *sorted(fields - PPOSettings.model_fields.keys())]
+            )
+            raise RecipeError(
+                f"ppo.{key}: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments "
+                f"fields){hint}"
+            )
+    ppo_settings(recipe)
+    if recipe.advantages.whiten_rewards and "whiten_rewards" in section:
+        raise RecipeError(
+            "advantages.whiten_rewards and ppo.whiten_rewards both set: they are the same setting; keep one"
+        )
+
+
+def check_recipe(recipe: Recipe) -> None:
+    """PPO samples one completion per prompt: there are no groups to normalise over."""
+    if recipe.advantages.normalize == "group":
+        raise RecipeError(
+            "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
+            "PPO samples one completion per prompt: use 'batch' or 'none'"
+        )
+
+
+# --- a run ---
 
 
 def rollout_batch(recipe: Recipe) -> int:
@@ -79,7 +161,7 @@ def settings_at_start(recipe: Recipe) -> PPOSettings:
     settings = ppo_settings(recipe)
     if recipe.advantages.whiten_rewards:
         settings.whiten_rewards = True
-    for key, value in start_values(recipe).items():
+    for key, value in start_values(recipe, SCHEDULABLE).items():
         if key in PPOSettings.model_fields:
             setattr(settings, key, value)
     return settings
@@ -121,7 +203,7 @@ def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
             f"ppo.whiten_rewards needs at least 8 samples per mini-batch and process (here {mini_batch}): "
             "whitening over fewer is noise"
         )
-    if recipe.ppo.get("stop_token") is not None and settings.stop_token_id is not None:
+    if recipe.section(NAME).get("stop_token") is not None and settings.stop_token_id is not None:
         raise RecipeError("ppo.stop_token and ppo.stop_token_id both set: give one")
     steps = steps_for_budget(recipe, samples_per_step(recipe))
     if settings.critic_warmup_steps >= steps:
@@ -154,11 +236,11 @@ def prepare(components: Components) -> None:
             f"({local_batch}: training.per_device_batch_size x gradient_accumulation_steps)",
             where=recipe.data.source,
         )
-    components.extras = {
-        "prompts": tokenize_prompts(components.data.train, tokenizer, num_proc=settings.dataset_num_proc),
-        "critic": load_value_model(recipe, components.policy_path, tokenizer),
-        "reference": reference_model(recipe),
-    }
+    components.prepared = PPOInputs(
+        prompts=tokenize_prompts(components.data.train, tokenizer, num_proc=settings.dataset_num_proc),
+        critic=load_value_model(recipe, components.policy_path, tokenizer),
+        reference=reference_model(recipe),
+    )
 
 
 def reference_model(recipe: Recipe) -> PreTrainedModel | None:
@@ -183,7 +265,7 @@ def sampling_settings(recipe: Recipe, settings: PPOSettings, components: Compone
     generation = recipe.generation
     return SamplingSettings(
         max_new_tokens=generation.max_new_tokens,
-        temperature=start_values(recipe).get("temperature", generation.temperature),
+        temperature=start_values(recipe, SCHEDULABLE).get("temperature", generation.temperature),
         top_p=generation.top_p,
         top_k=generation.top_k or 0,
         min_new_tokens=generation.min_new_tokens,
@@ -194,21 +276,23 @@ def sampling_settings(recipe: Recipe, settings: PPOSettings, components: Compone
 
 def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> PPOTrainer:
     """A ready-to-train PPO trainer over the recipe's prompts, reward functions and critic."""
+    from llm_rl.algorithms.ppo.trainer import PPOTrainer
+
     recipe = components.recipe
     settings = settings_at_start(recipe)
-    if components.extras is None:
+    if components.prepared is None:
         prepare(components)
-    extras = components.extras
+    inputs: PPOInputs = components.prepared
     return PPOTrainer(
         args=trainer_config(recipe),
         settings=settings,
         policy=components.policy,
-        critic=extras["critic"],
-        reference=extras["reference"],
+        critic=inputs.critic,
+        reference=inputs.reference,
         rewards=RewardAdapter(
             components.rewards, components.data.train, components.tokenizer, settings.none_reward
         ),
-        prompts=extras["prompts"],
+        prompts=inputs.prompts,
         tokenizer=components.tokenizer,
         saved_tokenizer=components.saved_tokenizer,
         sampling=sampling_settings(recipe, settings, components),
@@ -220,8 +304,125 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> P
 
 
 def apply_setting(trainer: PPOTrainer, key: str, value: float) -> None:
-    """Set a scheduled setting (`llm_rl.recipe.load.SCHEDULABLE`) where the PPO loop reads it each update."""
+    """Set a scheduled setting (one of SCHEDULABLE) where the PPO loop reads it each update."""
     if key == "generation.temperature":
         trainer.sampling.temperature = value
     else:
         setattr(trainer.settings, key.removeprefix("ppo."), value)
+
+
+def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
+    """A PPO stage after a PPO stage keeps the trained critic, unless the stage names its own."""
+    critic = previous_final / VALUE_MODEL_DIR
+    if critic.is_dir() and "value_model" not in (overrides.get(NAME) or {}):
+        stage.with_section(NAME, {**stage.section(NAME), "value_model": str(critic)})
+
+
+# --- `llm-rl plan` ---
+
+
+def critic_path(recipe: Recipe, policy_path: str) -> str | None:
+    return value_model_source(recipe, policy_path)[0]
+
+
+def needs_reference(recipe: Recipe) -> bool:
+    """The KL penalty's reference model is always loaded (the adapter-free policy under LoRA)."""
+    return True
+
+
+def generation_batch(recipe: Recipe) -> int:
+    """A rollout batch is generated `local_rollout_forward_batch_size` sequences at a time."""
+    return min(ppo_settings(recipe).local_rollout_forward_batch_size, rollout_batch(recipe))
+
+
+# --- `llm-rl doctor` ---
+
+
+def flat_reward_hint(series: Series) -> tuple[str, str]:
+    """What value loss and explained variance say about the critic, and what to change."""
+    variance = series("value/explained_variance")
+    median = statistics.median(v for _, v in variance[len(variance) // 2 :]) if variance else None
+    if median is None:
+        diagnosis = "no value/explained_variance logged"
+    else:
+        diagnosis = f"the critic's explained variance over the second half was {median:.2f}"
+    # A critic that explains nothing learns too slowly; one that explains everything fits too fast.
+    if median is not None and median < 0.1:
+        advice = "the critic lags: raise ppo.critic_learning_rate or ppo.critic_warmup_steps"
+    elif median is not None and median > 0.95:
+        advice = "the critic fits the returns almost exactly, leaving advantages near 0: lower ppo.critic_learning_rate"
+    else:
+        advice = "raise training.learning_rate, or check the reward on sample completions"
+    return diagnosis, advice
+
+
+# --- `llm-rl migrate` ---
+
+# The critic learns this many times faster than the policy (verl's and our arithmetic recipe's ratio).
+CRITIC_LR_FACTOR = 10.0
+# Critic warm-up in migrated PPO recipes: this share of the run's updates, at most CRITIC_WARMUP_MAX.
+CRITIC_WARMUP_SHARE = 0.05
+CRITIC_WARMUP_MAX = 50
+
+
+def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
+    """The group algorithms' settings that PPO has no counterpart for, and the nearest thing where
+    there is one."""
+    return {
+        "num_generations": batch_semantics(recipe),
+        "num_generations_eval": "PPO samples one completion per prompt",
+        "loss_type": "PPO's loss is the clipped surrogate averaged over tokens",
+        "scale_rewards": "PPO normalises advantages itself; ppo.whiten_rewards is the nearest knob",
+        "epsilon_high": "PPO's clip is symmetric (ppo.cliprange)",
+        "mask_truncated_completions": "nearest: ppo.missing_eos_penalty",
+        "steps_per_generation": "PPO generates each update's batch; ppo.num_mini_batches splits it",
+        "generation_batch_size": "PPO generates each update's batch",
+        "use_vllm": "our PPO loop generates with transformers' generate",
+        "importance_sampling_level": "no sequence-level ratio in PPO",
+        "top_entropy_quantile": "no entropy masking in PPO",
+        "delta": "no two-sided clipping in PPO",
+        "sync_ref_model": "PPO's reference model stays fixed",
+        "router_aux_loss_coef": "PPO adds no Mixture-of-Experts load-balancing loss",
+        **{key: f"llm_rl's PPO does not use it: {why}" for key, why in PPO_REFUSED_KEYS.items()},
+    }
+
+
+def batch_semantics(recipe: dict[str, Any]) -> str:
+    """What an update's batch holds under a group algorithm and under PPO."""
+    training = recipe.get("training") or {}
+    batch = training.get("per_device_batch_size", 8) * training.get("gradient_accumulation_steps", 1)
+    source = recipe.get(recipe.get("algorithm", "grpo")) or {}
+    group = source.get("num_generations", 8)
+    return (
+        f"PPO samples one completion per prompt (its critic, not a group, gives the baseline): an update's "
+        f"{batch} samples per device are now {batch} prompts, not {batch // group} prompts x {group} completions"
+    )
+
+
+def complete_migration(recipe: dict[str, Any], section: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The critic a migrated PPO recipe starts with: where from, how fast it learns, its warm-up."""
+    rewards = recipe.get("rewards") or []
+    has_reward_model = any(isinstance(r, dict) and r.get("name") == "reward_model" for r in rewards)
+    shared = Recipe.model_validate(
+        {k: copy.deepcopy(v) for k, v in recipe.items() if k in Recipe.model_fields}
+    )
+    section["value_model"] = "reward_model" if has_reward_model else "policy"
+    section["critic_learning_rate"] = float(shared.training.learning_rate) * CRITIC_LR_FACTOR
+    per_update = shared.training.per_device_batch_size * shared.training.gradient_accumulation_steps
+    updates = steps_for_budget(shared, per_update)
+    section["critic_warmup_steps"] = min(CRITIC_WARMUP_MAX, math.floor(updates * CRITIC_WARMUP_SHARE))
+    return [
+        (
+            "value_model",
+            section["value_model"],
+            "the critic starts from the reward model"
+            if has_reward_model
+            else "the policy's weights, a new head",
+        ),
+        ("critic_learning_rate", section["critic_learning_rate"], "10 x training.learning_rate"),
+        (
+            "critic_warmup_steps",
+            section["critic_warmup_steps"],
+            f"5% of the run's {updates} updates, at most 50",
+        ),
+    ]

@@ -92,7 +92,7 @@ PPO_REFUSED_KEYS = {
 def ppo_settings(recipe: Recipe) -> PPOSettings:
     """The recipe's `ppo:` section, type-checked, with errors naming the key."""
     try:
-        return PPOSettings.model_validate(recipe.ppo)
+        return PPOSettings.model_validate(recipe.section("ppo"))
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"])

@@ -1,0 +1,290 @@
+"""What GRPO and RLOO share: TRL trainers that sample a group of completions per prompt and take
+llm_rl's reward functions as they are.
+
+Each of the two algorithm modules names its TRL config and trainer, its defaults and its advantage
+keys; the recipe checks, the mapping of the shared sections, the trainer with llm_rl's metrics, and
+what `plan`, `doctor` and `migrate` ask of a group algorithm are here, once. The TRL trainer classes
+are imported only when a trainer is built, so that the tools that ask an algorithm about a recipe
+never load one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import TYPE_CHECKING, Any
+
+from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.schema import Recipe
+from llm_rl.training.args import shared_training_args, world_size
+from llm_rl.training.checkpoints import StagedCheckpoints
+from llm_rl.training.schedules import start_values
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
+
+    from llm_rl.algorithms.base import Components, Series
+    from llm_rl.training.evaluation import HeldOutReward
+
+# The log names TRL's GRPO and RLOO trainers share -> the unified names of metrics.jsonl (DESIGN.md).
+METRIC_NAMES = {
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "reward/group_std": "reward/group_std",
+    "group_size": "group_size",
+    "frac_reward_zero_std": "reward/frac_zero_std",
+    "kl": "kl",
+    "grad_norm": "grad_norm",
+    "loss": "loss/policy",
+    "learning_rate": "learning_rate",
+    "completions/mean_length": "completion_length/mean",
+    "completions/clipped_ratio": "completion_length/clipped_ratio",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "policy/clipfrac",
+}
+
+
+def schedulable(name: str) -> tuple[str, ...]:
+    """The settings a group trainer reads every update: its KL weight, its clip range, the temperature."""
+    return (f"{name}.beta", f"{name}.epsilon", "generation.temperature")
+
+
+# --- the recipe ---
+
+
+def config_fields(config_class: type) -> frozenset[str]:
+    """The fields a TRL config dataclass takes."""
+    return frozenset(f.name for f in dataclasses.fields(config_class) if f.init)
+
+
+def check_fields(name: str, section: dict[str, Any], config_class: type) -> None:
+    """Every key of the section is a field of the TRL config."""
+    fields = config_fields(config_class)
+    for key in section:
+        if key not in fields:
+            raise RecipeError(
+                f"{name}.{key}: not a field of TRL's {config_class.__name__}{did_you_mean(key, sorted(fields))}"
+            )
+
+
+def group_size(section: dict[str, Any], default: int) -> Any:
+    """Completions per prompt (TRL's `num_generations`)."""
+    return section.get("num_generations", default)
+
+
+def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
+    """The group needs two completions at least, and the generation batch must hold whole groups."""
+    section = recipe.section(name)
+    group = group_size(section, default_group)
+    if not isinstance(group, int) or group < 2:
+        raise RecipeError(
+            f"{name}.num_generations: must be an integer of at least 2 (advantages are relative to the group)"
+        )
+    training = recipe.training
+    steps_per_generation = section.get("steps_per_generation") or training.gradient_accumulation_steps
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    generation_batch = section.get("generation_batch_size") or (
+        training.per_device_batch_size * steps_per_generation * processes
+    )
+    if generation_batch % group:
+        raise RecipeError(
+            f"{name}.num_generations: the generation batch of {generation_batch} completions "
+            f"(training.per_device_batch_size x steps per generation x {processes} processes) is not "
+            f"a multiple of the group size {group}; each prompt's {group} completions must be generated together"
+        )
+
+
+def check_schedules(recipe: Recipe, name: str) -> None:
+    """A scheduled KL weight must start above 0, and vLLM cannot follow a scheduled temperature."""
+    schedules = recipe.schedules
+    beta = schedules.get(f"{name}.beta")
+    if beta is not None and beta.value_at(0) <= 0:
+        raise RecipeError(
+            f"schedules.{name}.beta: must start above 0: {name.upper()} builds its reference model only when "
+            "beta is above 0 at the start"
+        )
+    if "generation.temperature" in schedules and recipe.section(name).get("use_vllm"):
+        raise RecipeError(
+            f"schedules.generation.temperature: vLLM reads the temperature once at start-up; "
+            f"schedule it without {name}.use_vllm or keep it constant"
+        )
+
+
+# --- a run ---
+
+
+def samples_per_step(recipe: Recipe, name: str) -> int:
+    """New prompt-completion pairs per optimizer update, over all processes.
+
+    Each update trains on `per_device_batch_size x gradient_accumulation_steps` completions per process;
+    with `num_iterations` > 1 each generated completion is trained on that many times.
+    """
+    training = recipe.training
+    per_update = training.per_device_batch_size * training.gradient_accumulation_steps * world_size()
+    return max(1, per_update // recipe.section(name).get("num_iterations", 1))
+
+
+def trainer_config(
+    recipe: Recipe, name: str, config_class: type, advantage_fields: dict[str, Any]
+) -> TrainingArguments:
+    """The TRL config for a recipe: shared sections first, then the advantage settings, then the
+    recipe's own section, then the scheduled settings at their start."""
+    generation = recipe.generation
+    schedules = schedulable(name)
+    fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe, name))
+    fields.update(
+        max_completion_length=generation.max_new_tokens,
+        temperature=generation.temperature,
+        top_p=generation.top_p,
+        top_k=generation.top_k,
+        reward_weights=[entry.weight for entry in recipe.rewards],
+        trust_remote_code=recipe.model.trust_remote_code,
+    )
+    fields.update(advantage_fields)
+    fields.update(recipe.section(name))
+    fields.update(start_values(recipe, schedules))
+    if generation.min_new_tokens is not None:
+        fields["generation_kwargs"] = {
+            "min_new_tokens": generation.min_new_tokens,
+            **(fields.get("generation_kwargs") or {}),
+        }
+    try:
+        return config_class(**fields)
+    except (ValueError, TypeError) as err:
+        raise RecipeError(f"{name}: TRL's {config_class.__name__} rejects these settings: {err}") from None
+
+
+def check_router_aux_loss(recipe: Recipe, name: str, policy: PreTrainedModel) -> None:
+    """`router_aux_loss_coef` only weighs a Mixture-of-Experts router loss.
+
+    Since TRL 1.14 the key defaults to the model's own coefficient, and a value set for a model without
+    router logits stops the trainer at start-up; until then its default (0.001) was ignored for dense
+    models, so recipes written then may carry it.
+    """
+    coef = recipe.section(name).get("router_aux_loss_coef")
+    if coef and not hasattr(policy.config.get_text_config(), "output_router_logits"):
+        raise RecipeError(
+            f"{name}.router_aux_loss_coef is {coef}, but {type(policy).__name__} is not a Mixture-of-Experts "
+            "model with router logits, so there is no load-balancing loss to weigh: remove the key"
+        )
+
+
+class GroupMetrics(StagedCheckpoints):
+    """Mixed into a TRL group trainer: the held-out reward joined to its log rows, the mean
+    within-group reward spread (`reward/group_std`) and the group size (`group_size`: it can change
+    between stages).
+
+    TRL logs the spread over the whole batch; the spread inside each prompt's group is what the
+    advantages are made of, so a group spread near zero means no learning signal. Checkpoints are
+    staged, then completed by `llm_rl.training.checkpoints.CheckpointManager`.
+    """
+
+    def __init__(self, *args: Any, held_out: HeldOutReward | None = None, **kwargs: Any) -> None:
+        """The TRL trainer's arguments, plus the held-out reward evaluator (`evaluation.every`)."""
+        self.held_out = held_out
+        super().__init__(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A training log, with the held-out reward joined to it on evaluation updates."""
+        if self.held_out is not None and "loss" in logs and self.held_out.due(self.state.global_step):
+            logs = {**logs, **self.held_out(self.model_wrapped, self.accelerator)}
+        super().log(logs, start_time)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        spread = rewards.view(-1, group).std(dim=1, unbiased=False).mean()
+        self._metrics[mode]["reward/group_std"].append(float(spread))
+        self._metrics[mode]["group_size"].append(group)
+        return rewards_per_func
+
+
+@functools.cache
+def with_group_metrics(trainer_class: type[Trainer]) -> type[Trainer]:
+    """`trainer_class` with `GroupMetrics` mixed in (one class per TRL trainer)."""
+    return type(f"Unified{trainer_class.__name__}", (GroupMetrics, trainer_class), {})
+
+
+def build_trainer(
+    components: Components, callbacks: list[TrainerCallback], trainer_class: type[Trainer], config: Any
+) -> Trainer:
+    """A ready-to-train TRL group trainer over the recipe's prompts and reward functions."""
+    from llm_rl.models.lora import peft_config
+
+    return with_group_metrics(trainer_class)(
+        model=components.policy,
+        reward_funcs=list(components.rewards.functions),
+        args=config,
+        train_dataset=components.data.train,
+        processing_class=components.tokenizer,
+        callbacks=callbacks,
+        peft_config=peft_config(components.recipe.model.lora),
+        held_out=components.held_out,
+    )
+
+
+def apply_setting(trainer: Any, name: str, key: str, value: float) -> None:
+    """Set a scheduled setting where the TRL trainer reads it each update.
+
+    The trainer copies these from its config once, at start-up, so the copies are what change.
+    """
+    if key == f"{name}.beta":
+        trainer.beta = value
+    elif key == f"{name}.epsilon":
+        trainer.epsilon_low = value
+        if trainer.args.epsilon_high is None:
+            trainer.epsilon_high = value
+    elif key == "generation.temperature":
+        trainer.temperature = value
+        trainer.generation_config.temperature = value
+    else:
+        raise KeyError(key)
+
+
+# --- `llm-rl plan`, `doctor` and `migrate` ---
+
+
+def generation_batch(recipe: Recipe, name: str) -> int:
+    """Sequences generated at once on one GPU: a micro-batch for each step of a generation."""
+    training = recipe.training
+    return training.per_device_batch_size * (
+        recipe.section(name).get("steps_per_generation") or training.gradient_accumulation_steps
+    )
+
+
+def zero_spread_hint(series: Series, name: str) -> tuple[str, str] | None:
+    """Most groups gave all their completions one reward: they carry no advantage."""
+    zero = series("reward/frac_zero_std")
+    if not zero:
+        return None
+    share = sum(v for _, v in zero) / len(zero)
+    if share <= 0.5:
+        return None
+    return (
+        f"{share:.0%} of groups had one reward for all their completions (reward/frac_zero_std)",
+        f"those groups carry no advantage: raise {name}.num_generations or generation.temperature, or add a "
+        "denser reward (partial credit, a format term)",
+    )
+
+
+def migrated_group(
+    recipe: dict[str, Any], section: dict[str, Any], name: str, largest: int
+) -> list[tuple[str, Any, str]]:
+    """A group size for a recipe that comes from an algorithm without groups: the largest up to
+    `largest` that divides an update's batch."""
+    if "num_generations" in section:
+        return []
+    training = recipe.get("training") or {}
+    batch = training.get("per_device_batch_size", 8) * training.get("gradient_accumulation_steps", 1)
+    group = max((g for g in range(2, largest + 1) if batch % g == 0), default=None)
+    if group is None:
+        raise RecipeError(
+            f"training.per_device_batch_size x gradient_accumulation_steps is {batch}: {name.upper()} needs it "
+            "to hold whole groups of at least 2 completions",
+        )
+    section["num_generations"] = group
+    return [("num_generations", group, f"{batch // group} prompts x {group} completions per update")]

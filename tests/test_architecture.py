@@ -1,0 +1,287 @@
+"""The rules of the house (docs/architecture.md), read from the source's imports with `ast`.
+
+- the lower layers (schema, data, models, rewards, training, monitoring) import nothing from the
+  algorithms, the run or the tools;
+- the tools load no trainer when imported, and name no run-folder file themselves (`llm_rl.run_folder`);
+- no import circles;
+- algorithm-specific branches live in `llm_rl/algorithms/` alone.
+
+Each rule is also run on a small package written to break it, so that a rule that can no longer fail
+fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from llm_rl.algorithms.registry import ALGORITHMS
+from llm_rl.run_folder import FINAL_DIR, METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, VALUE_MODEL_DIR
+
+PACKAGE = Path(__file__).resolve().parent.parent / "llm_rl"
+LOWER_LAYERS = ("schema", "data", "models", "rewards", "training", "monitoring")
+UPPER_LAYERS = ("algorithms", "run", "tools")
+# STAGES_DIR is left out: "stages" is also a recipe key, which the tools read.
+RUN_FOLDER_NAMES = {RECIPE_FILE, METRICS_FILE, SUMMARY_FILE, FINAL_DIR, VALUE_MODEL_DIR}
+
+
+@dataclass
+class Module:
+    """One module of a package: its name, file, and what it imports."""
+
+    name: str
+    path: Path
+    tree: ast.Module
+    # Modules of the package it imports, anywhere in the file (functions included).
+    imports: set[str] = field(default_factory=set)
+    # Those imported when the module itself is (top level, outside `if TYPE_CHECKING:`).
+    eager: set[str] = field(default_factory=set)
+    # Names imported from other packages at the top level, as "package.module:name".
+    eager_external: set[str] = field(default_factory=set)
+
+
+def read_package(root: Path) -> dict[str, Module]:
+    """Every module under `root` (a package folder) by dotted name, with its imports resolved."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = Module(name, path, ast.parse(path.read_text()))
+    for module in modules.values():
+        for node, eager in import_nodes(module.tree):
+            for target in imported_modules(node, root.name, modules):
+                module.imports.add(target)
+                if eager:
+                    module.eager.add(target)
+            if (
+                eager
+                and isinstance(node, ast.ImportFrom)
+                and node.module
+                and not node.module.startswith(root.name)
+            ):
+                module.eager_external |= {f"{node.module}:{alias.name}" for alias in node.names}
+    return modules
+
+
+def import_nodes(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, and whether it runs when the module is imported."""
+    lazy: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or is_type_checking_block(node):
+            lazy |= {id(inner) for inner in ast.walk(node) if inner is not node}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, id(node) not in lazy
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imported_modules(node: ast.Import | ast.ImportFrom, package: str, modules: dict[str, Module]) -> set[str]:
+    """The package's modules an import statement loads (`from a import b` loads `a.b` when it is one)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    if not node.module or not node.module.startswith(package) or node.level:
+        return set()
+    submodules = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
+    names_from_module = len(submodules) < len(node.names)
+    return submodules | ({node.module} if names_from_module and node.module in modules else set())
+
+
+def layer_of(name: str) -> str:
+    """`llm_rl.tools.doctor` -> `tools`; `llm_rl.schema` -> `schema`."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+# --- the rules: each returns its violations as sentences ---
+
+
+def lower_layers_import_upward(modules: dict[str, Module]) -> list[str]:
+    return [
+        f"{module.name} imports {target}"
+        for module in modules.values()
+        if layer_of(module.name) in LOWER_LAYERS
+        for target in sorted(module.imports)
+        if layer_of(target) in UPPER_LAYERS
+    ]
+
+
+def eager_closure(start: str, modules: dict[str, Module]) -> set[str]:
+    """The package's modules that importing `start` imports."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += modules[name].eager
+    return seen
+
+
+def trainer_module(module: Module) -> str | None:
+    """What makes a module a trainer: it is the run, PPO's trainer, or it imports a trainer class."""
+    if layer_of(module.name) == "run" or module.name.endswith("ppo.trainer"):
+        return module.name
+    for imported in sorted(module.eager_external):
+        if imported.endswith("Trainer") and imported.split(":")[0].split(".")[0] in ("trl", "transformers"):
+            return imported
+    return None
+
+
+def tools_load_trainers(modules: dict[str, Module]) -> list[str]:
+    found = []
+    for name in sorted(modules):
+        if layer_of(name) != "tools":
+            continue
+        for loaded in sorted(eager_closure(name, modules)):
+            trainer = trainer_module(modules[loaded])
+            if trainer:
+                found.append(f"importing {name} loads a trainer: {loaded} ({trainer})")
+    return found
+
+
+def tools_name_run_folder_files(modules: dict[str, Module]) -> list[str]:
+    return [
+        f"{module.name}:{node.lineno} names {node.value!r} (use llm_rl.run_folder)"
+        for module in modules.values()
+        if layer_of(module.name) == "tools"
+        for node in ast.walk(module.tree)
+        if isinstance(node, ast.Constant) and node.value in RUN_FOLDER_NAMES
+    ]
+
+
+def import_circles(modules: dict[str, Module]) -> list[str]:
+    """Every circle of imports (function-level imports included), once each, by depth-first search."""
+    circles, state, stack = [], {}, []
+
+    def visit(name: str) -> None:
+        state[name] = "open"
+        stack.append(name)
+        for target in sorted(modules[name].imports):
+            if state.get(target) == "open":
+                circles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[name] = "done"
+
+    for name in sorted(modules):
+        if name not in state:
+            visit(name)
+    return circles
+
+
+def algorithm_branches(modules: dict[str, Module], algorithms: set[str]) -> list[str]:
+    """Comparisons with an algorithm's name, and reads of an algorithm's section by attribute, outside
+    the algorithms."""
+    found = []
+    for module in modules.values():
+        if layer_of(module.name) == "algorithms":
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Compare) and names_an_algorithm(
+                [node.left, *node.comparators], algorithms
+            ):
+                found.append(f"{module.name}:{node.lineno} compares with an algorithm's name")
+            if isinstance(node, ast.Attribute) and node.attr in algorithms:
+                found.append(f"{module.name}:{node.lineno} reads .{node.attr}")
+    return found
+
+
+def names_an_algorithm(nodes: list[ast.expr], algorithms: set[str]) -> bool:
+    for node in nodes:
+        values = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        if any(isinstance(v, ast.Constant) and v.value in algorithms for v in values):
+            return True
+    return False
+
+
+def violations(modules: dict[str, Module], algorithms: set[str]) -> dict[str, list[str]]:
+    return {
+        "lower layers import upward": lower_layers_import_upward(modules),
+        "tools load a trainer": tools_load_trainers(modules),
+        "tools name run-folder files": tools_name_run_folder_files(modules),
+        "import circles": import_circles(modules),
+        "algorithm branches outside algorithms/": algorithm_branches(modules, algorithms),
+    }
+
+
+# --- the tests ---
+
+
+@pytest.fixture(scope="module")
+def llm_rl_modules() -> dict[str, Module]:
+    return read_package(PACKAGE)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "lower layers import upward",
+        "tools load a trainer",
+        "tools name run-folder files",
+        "import circles",
+        "algorithm branches outside algorithms/",
+    ],
+)
+def test_llm_rl_keeps_the_rule(llm_rl_modules: dict[str, Module], rule: str) -> None:
+    assert violations(llm_rl_modules, set(ALGORITHMS))[rule] == []
+
+
+def test_the_registry_names_every_algorithm_module(llm_rl_modules: dict[str, Module]) -> None:
+    """An algorithm module the registry does not list would be dead code, or an algorithm half added."""
+    registry = llm_rl_modules["llm_rl.algorithms.registry"]
+    algorithm_modules = {
+        name
+        for name, module in llm_rl_modules.items()
+        if layer_of(name) == "algorithms"
+        and any(isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "NAME" for n in module.tree.body)
+    }
+    assert algorithm_modules == registry.imports - {"llm_rl.algorithms.base", "llm_rl.errors"}
+    assert {module.__name__ for module in ALGORITHMS.values()} == algorithm_modules
+
+
+BROKEN = {
+    "pkg/__init__.py": "",
+    "pkg/schema.py": "from pkg.algorithms import fancy\n",
+    "pkg/algorithms/__init__.py": "",
+    "pkg/algorithms/fancy.py": "import pkg.run.train\n",
+    "pkg/run/__init__.py": "",
+    "pkg/run/train.py": "from trl import GRPOTrainer\nfrom pkg.tools import report\n",
+    "pkg/tools/__init__.py": "",
+    "pkg/tools/report.py": (
+        "from pkg.algorithms import fancy\n\n"
+        "def show(recipe):\n"
+        "    if recipe.algorithm == 'ppo':\n"
+        "        return recipe.ppo\n"
+        "    return open('metrics.jsonl').read()\n"
+    ),
+}
+
+
+def test_each_rule_fails_on_a_package_that_breaks_it(tmp_path: Path) -> None:
+    for relative, text in BROKEN.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    found = violations(read_package(tmp_path / "pkg"), {"grpo", "ppo"})
+    assert found["lower layers import upward"] == ["pkg.schema imports pkg.algorithms.fancy"]
+    assert (
+        "importing pkg.tools.report loads a trainer: pkg.run.train (pkg.run.train)"
+        in found["tools load a trainer"]
+    )
+    assert found["tools name run-folder files"] == [
+        "pkg.tools.report:6 names 'metrics.jsonl' (use llm_rl.run_folder)"
+    ]
+    assert found["import circles"] == [
+        "pkg.algorithms.fancy -> pkg.run.train -> pkg.tools.report -> pkg.algorithms.fancy"
+    ]
+    assert found["algorithm branches outside algorithms/"] == [
+        "pkg.tools.report:4 compares with an algorithm's name",
+        "pkg.tools.report:5 reads .ppo",
+    ]
