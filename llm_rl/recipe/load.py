@@ -131,7 +131,7 @@ def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:
 def check_top_level(raw: dict[str, Any], where: str) -> None:
     """The algorithm is one the registry lists, and every other top-level key is a shared section or an
     algorithm's section (a mapping)."""
-    algorithm = raw.get("algorithm", "grpo")
+    algorithm = raw.get("algorithm", Recipe.model_fields["algorithm"].default)
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise RecipeError(f"algorithm: input should be {known_names()}, got {algorithm!r}", where=where)
     for key, value in raw.items():

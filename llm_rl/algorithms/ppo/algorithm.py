@@ -130,12 +130,13 @@ def check_section(section: dict[str, Any], recipe: Recipe) -> None:
 
 
 def check_recipe(recipe: Recipe) -> None:
-    """PPO samples one completion per prompt: there are no groups to normalise over."""
+    """The recipe as PPO runs it: no groups to normalise over, and batch arithmetic that works."""
     if recipe.advantages.normalize == "group":
         raise RecipeError(
             "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
             "PPO samples one completion per prompt: use 'batch' or 'none'"
         )
+    check_settings(recipe, ppo_settings(recipe))
 
 
 # --- a run ---
@@ -172,7 +173,6 @@ def trainer_config(recipe: Recipe) -> TrainingArguments:
     `TrainingArguments` keys. Its `gradient_accumulation_steps` counts the micro-batches of one
     mini-batch (one optimizer step)."""
     settings = ppo_settings(recipe)
-    check_settings(recipe, settings)
     check_deepspeed_optimizer()
     fields: dict[str, Any] = shared_training_args(recipe, samples_per_step(recipe))
     fields["gradient_accumulation_steps"] = (
