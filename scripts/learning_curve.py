@@ -1,6 +1,6 @@
 """Benchmark: train the embedded default for a fixed budget with several seeds and show that reward rises.
 
-    python scripts/learning_curve.py [--algorithm grpo|ppo] [--seeds 0 1 2] [--set key=value ...]
+    python scripts/learning_curve.py [--algorithm grpo|ppo|rloo] [--seeds 0 1 2] [--set key=value ...]
 
 Each seed runs as its own `recipes/<algorithm>.py` process (wandb off); the table shows, per seed, the
 mean `reward/mean` of the first and of the last 20% of logging steps, and the wall time.
@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from llm_rl.algorithms.registry import ALGORITHMS  # noqa: E402
 from llm_rl.monitoring.metrics import first_and_last_mean  # noqa: E402
 from llm_rl.run_folder import read_rows  # noqa: E402
 
@@ -50,7 +51,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--algorithm", choices=["grpo", "ppo"], default="grpo")
+    parser.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="grpo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--output-root", type=Path, default=REPO / "runs" / "learning_curve")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")

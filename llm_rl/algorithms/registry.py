@@ -6,7 +6,7 @@ line here (docs/architecture.md).
 
 from __future__ import annotations
 
-from llm_rl.algorithms import grpo
+from llm_rl.algorithms import grpo, rloo
 from llm_rl.algorithms.base import Algorithm
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.errors import RecipeError
@@ -14,6 +14,7 @@ from llm_rl.errors import RecipeError
 ALGORITHMS: dict[str, Algorithm] = {
     "grpo": grpo,
     "ppo": ppo,
+    "rloo": rloo,
 }
 
 
