@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
+ARITHMETIC = REPO / "recipes" / "arithmetic"
+LLM_RL = str(Path(sys.executable).parent / "llm-rl")
+ALGORITHMS = ["grpo", "ppo"]
 
 os.environ.setdefault("LLM_RL_CACHE", str(REPO / ".pytest_cache" / "llm_rl"))
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -99,3 +104,100 @@ def reward_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# ----------------------------------------------------------------------------------------------------
+# Helpers shared by test files in several folders. llm_rl is imported inside them, not here: the
+# environment above must be set before transformers is first imported.
+# ----------------------------------------------------------------------------------------------------
+
+# Small enough for a second or two per update on 2 CPU cores, for either algorithm.
+SMALL = {
+    "grpo": ["training.per_device_batch_size=16", "grpo.num_generations=4"],
+    "ppo": ["training.per_device_batch_size=16"],
+}
+
+
+def sets(*overrides: str) -> list[str]:
+    return [arg for override in overrides for arg in ("--set", override)]
+
+
+def entry(algorithm: str, output: Path, *overrides: str) -> list[str]:
+    """The command line of a small run of the embedded recipe through `recipes/<algorithm>.py`."""
+    common = [f"run.output_dir={output}", "monitoring.wandb.mode=disabled", "monitoring.progress=false"]
+    return [f"recipes/{algorithm}.py", *sets(*common, *SMALL[algorithm], *overrides)]
+
+
+def run_ok(algorithm: str, output: Path, *overrides: str) -> dict:
+    result = run_entry(entry(algorithm, output, *overrides))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((output / "run_summary.json").read_text())
+
+
+def rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def in_process_recipe(algorithm: str, output: Path, *overrides: str):
+    from llm_rl.recipe.load import load_recipe
+
+    common = [f"run.output_dir={output}", "monitoring.wandb.mode=disabled", "monitoring.progress=false"]
+    return load_recipe(
+        REPO / "recipes" / "arithmetic" / f"{algorithm}.yaml", [*common, *SMALL[algorithm], *overrides]
+    )
+
+
+def short_grpo_run(output: Path, *overrides: str) -> Path:
+    """Two GRPO updates of the embedded recipe; returns the run's final/."""
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.run.training import train
+
+    recipe = load_recipe(
+        ARITHMETIC / "grpo.yaml",
+        [
+            f"run.output_dir={output}",
+            "training.max_steps=2",
+            "training.learning_rate=1e-3",
+            "training.per_device_batch_size=16",
+            "grpo.num_generations=4",
+            "monitoring.wandb.mode=disabled",
+            "monitoring.progress=false",
+            *overrides,
+        ],
+    )
+    assert train(recipe)["status"] == "completed"
+    return output / "final"
+
+
+def write(path: Path, data: dict | str) -> Path:
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def write_recipe(path: Path, **sections) -> Path:
+    base = {
+        "model": {"policy": "builtin:tiny-arithmetic"},
+        "data": {"source": "builtin:arithmetic"},
+        "rewards": [{"name": "accuracy", "mode": "exact"}],
+        "training": {"max_steps": 1, "per_device_batch_size": 8},
+        "grpo": {"num_generations": 4},
+        "monitoring": {"wandb": {"mode": "disabled"}},
+        "run": {"output_dir": str(path.parent / "run")},
+    }
+    base.update(sections)
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+@pytest.fixture
+def deepspeed_launch(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The variables `accelerate launch` sets for a DeepSpeed config (read by accelerate's DeepSpeedPlugin)."""
+    from llm_rl.training.args import DEEPSPEED_CLIPPING_VARIABLE
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    # sync_deepspeed_clipping writes os.environ itself; setting the variable through monkeypatch first
+    # records that it was absent, so that teardown removes whatever the test left there.
+    monkeypatch.setenv(DEEPSPEED_CLIPPING_VARIABLE, "unset")
+    monkeypatch.delenv(DEEPSPEED_CLIPPING_VARIABLE)
+    return monkeypatch

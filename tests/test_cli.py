@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import run_entry
 
-LLM_RL = str(Path(sys.executable).parent / "llm-rl")
-
-
-def write_recipe(path: Path, **sections) -> Path:
-    base = {
-        "model": {"policy": "builtin:tiny-arithmetic"},
-        "data": {"source": "builtin:arithmetic"},
-        "rewards": [{"name": "accuracy", "mode": "exact"}],
-        "training": {"max_steps": 1, "per_device_batch_size": 8},
-        "grpo": {"num_generations": 4},
-        "monitoring": {"wandb": {"mode": "disabled"}},
-        "run": {"output_dir": str(path.parent / "run")},
-    }
-    base.update(sections)
-    path.write_text(yaml.safe_dump(base))
-    return path
+from tests.conftest import LLM_RL, run_entry, write_recipe
 
 
 def prompts_file(tmp_path: Path) -> Path:
@@ -83,26 +65,3 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = run_entry(["validate", str(recipe), "--debug"], launcher=[LLM_RL], timeout=120)
     assert result.returncode != 0
     assert "Traceback" in result.stderr
-
-
-def test_validate_summarises_without_training(tmp_path: Path) -> None:
-    recipe = write_recipe(tmp_path / "recipe.yaml")
-    result = run_entry(
-        ["validate", str(recipe), "--set", "training.max_steps=3"], launcher=[LLM_RL], timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert "recipe OK: GRPO" in result.stdout
-    assert "3 updates x 8 samples = 24 samples" in result.stdout
-    assert "accuracy" in result.stdout
-    assert not (tmp_path / "run").exists()
-
-
-def test_validate_accepts_gsm8k_recipe(tmp_path: Path, gsm8k_dir: Path) -> None:
-    recipe = write_recipe(
-        tmp_path / "recipe.yaml",
-        data={"source": str(gsm8k_dir / "test.jsonl"), "prompt_column": "question", "columns": ["answer"]},
-        rewards=[{"name": "accuracy"}],
-    )
-    result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "1319 training prompts" in result.stdout

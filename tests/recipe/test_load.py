@@ -1,0 +1,196 @@
+"""The recipe schema and loader: bad recipes and their messages, extends, --set, TRL field pass-through."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from llm_rl.errors import RecipeError
+from llm_rl.recipe.load import load_recipe
+from tests.conftest import REPO, write
+
+BAD_RECIPES = [
+    ({"trainig": {}}, "trainig: unknown key"),
+    (
+        {"training": {"learning_rat": 0.1}},
+        "training.learning_rat: unknown key (did you mean 'learning_rate'?)",
+    ),
+    ({"training": {"learning_rate": "fast"}}, "training.learning_rate: input should be a valid number"),
+    ({"training": {"max_steps": 0}}, "training.max_steps: input should be greater than 0"),
+    ({"training": {"max_steps": 1.5}}, "training.max_steps: input should be a valid integer"),
+    ({"algorithm": "dpo"}, "algorithm: input should be 'grpo' or 'ppo'"),
+    (
+        {"generation": {"max_new_tokens": 8, "min_new_tokens": 9}},
+        "generation.min_new_tokens (9) is above generation.max_new_tokens (8)",
+    ),
+    ({"rewards": []}, "rewards: value error, at least one reward function is needed"),
+    ({"rewards": [{"weight": 1.0}]}, "rewards[0].name: field required"),
+    (
+        {"rewards": [{"name": "accuracy", "weight": "high"}]},
+        "rewards[0].weight: input should be a valid number",
+    ),
+    ({"checkpointing": {"unit": "epochs"}}, "checkpointing.unit: input should be 'samples' or 'steps'"),
+    ({"monitoring": {"wandb": {"mode": "on"}}}, "monitoring.wandb.mode: input should be"),
+    ({"early_stopping": {"patience": 0}}, "early_stopping.patience: input should be greater than 0"),
+    ({"model": {"lora": {"rank": 8}}}, "model.lora.rank: unknown key (did you mean 'r'?)"),
+    ({"training": {"max_steps": 5, "total_samples": 100}}, "give one budget"),
+    (
+        {"grpo": {"num_generaions": 4}},
+        "grpo.num_generaions: not a field of TRL's GRPOConfig (did you mean 'num_generations'?)",
+    ),
+    (
+        {"grpo": {"learning_rate": 0.1}},
+        "grpo.learning_rate: set by the shared section; use training.learning_rate",
+    ),
+    (
+        {"ppo": {"kl_coeff": 0.1}},
+        "ppo.kl_coeff: not a PPO key (TRL's PPOConfig names, llm_rl's own, or TrainingArguments fields) (did you mean 'kl_coef'?)",
+    ),
+    ({"ppo": {"kl_estimator": "k2"}}, "ppo.kl_estimator: input should be 'k1' or 'k3'"),
+    (
+        {"ppo": {"reward_model_path": "/rm"}},
+        "ppo.reward_model_path: not used by llm_rl's PPO: a reward model is a reward",
+    ),
+    (
+        {"ppo": {"batch_size": 64}},
+        "ppo.batch_size: not used by llm_rl's PPO: computed from training.per_device_batch_size",
+    ),
+    ({"ppo": {"num_sample_generations": 10}}, "ppo.num_sample_generations: input should be 0"),
+    (
+        {"training": {"per_device_batch_size": 6}, "grpo": {"num_generations": 4}},
+        "is not a multiple of the group size 4",
+    ),
+    ({"grpo": {"num_generations": 1}}, "grpo.num_generations: must be an integer of at least 2"),
+    (
+        {"rewards": [{"name": "accuracy"}, {"name": "accuracy"}]},
+        "rewards: 'accuracy' appears twice; give one of them an alias",
+    ),
+    (
+        {"checkpointing": {"resume": "/no/such/checkpoint"}},
+        "checkpointing.resume: '/no/such/checkpoint' is neither",
+    ),
+]
+
+
+@pytest.mark.parametrize(("recipe", "message"), BAD_RECIPES, ids=[m[:40] for _, m in BAD_RECIPES])
+def test_bad_recipe_names_file_and_key(tmp_path: Path, recipe: dict, message: str) -> None:
+    path = write(tmp_path / "bad.yaml", recipe)
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}: ") or text.startswith(f"{path.resolve()}: ")
+    assert message in text
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="not valid YAML"):
+        load_recipe(write(tmp_path / "a.yaml", "training: [unclosed"))
+    with pytest.raises(RecipeError, match="a recipe must be a mapping"):
+        load_recipe(write(tmp_path / "b.yaml", "- a\n- b\n"))
+    with pytest.raises(RecipeError, match="recipe file not found"):
+        load_recipe(tmp_path / "missing.yaml")
+
+
+def test_extends_deep_merges_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    write(
+        tmp_path / "base" / "base.yaml",
+        {
+            "training": {"learning_rate": 0.01, "max_steps": 7},
+            "rewards": [{"name": "accuracy"}, {"name": "format"}],
+        },
+    )
+    path = write(
+        tmp_path / "top.yaml",
+        {"extends": "base/base.yaml", "algorithm": "ppo", "training": {"learning_rate": 0.5}},
+    )
+    recipe = load_recipe(path)
+    assert recipe.algorithm == "ppo"
+    assert recipe.training.learning_rate == 0.5
+    assert recipe.training.max_steps == 7
+    assert [r.name for r in recipe.rewards] == ["accuracy", "format"]
+
+
+def test_extends_chain_and_cycle(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", {"run": {"seed": 1}})
+    write(tmp_path / "b.yaml", {"extends": "a.yaml", "training": {"max_steps": 3}})
+    recipe = load_recipe(write(tmp_path / "c.yaml", {"extends": "b.yaml"}))
+    assert (recipe.run.seed, recipe.training.max_steps) == (1, 3)
+    write(tmp_path / "x.yaml", {"extends": "y.yaml"})
+    write(tmp_path / "y.yaml", {"extends": "x.yaml"})
+    with pytest.raises(RecipeError, match="extends: cycle"):
+        load_recipe(tmp_path / "x.yaml")
+
+
+def test_set_overrides_parse_values_as_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path / "r.yaml", {"training": {"max_steps": 3}})
+    recipe = load_recipe(
+        path,
+        [
+            "training.max_steps=9",
+            "training.learning_rate=3e-4",
+            "generation.top_k=5",
+            "run.name=try-1",
+            "grpo.beta=0.04",
+            "rewards=[{name: accuracy, mode: exact}]",
+        ],
+    )
+    assert recipe.training.max_steps == 9
+    assert recipe.training.learning_rate == pytest.approx(3e-4)
+    assert recipe.generation.top_k == 5
+    assert recipe.run.name == "try-1"
+    assert recipe.grpo == {"beta": 0.04}
+    assert recipe.rewards[0].kwargs == {"mode": "exact"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.max_steps", "expected dotted.key=value"),
+        ("training.max_steps=[1", "value is not valid YAML"),
+        ("training.max_steps.deep=1", "'max_steps' is not a section"),
+        ("training.max_stesp=1", "training.max_stesp: unknown key (did you mean 'max_steps'?)"),
+    ],
+)
+def test_bad_overrides(tmp_path: Path, override: str, message: str) -> None:
+    path = write(tmp_path / "r.yaml", {"training": {"max_steps": 3}})
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe(path, [override])
+
+
+def test_trl_field_names_are_accepted(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "r.yaml",
+        {
+            "grpo": {
+                "num_generations": 4,
+                "beta": 0.04,
+                "loss_type": "grpo",
+                "epsilon": 0.3,
+                "scale_rewards": "batch",
+            },
+            "ppo": {"kl_coef": 0.1, "cliprange": 0.1, "num_ppo_epochs": 2, "value_model": "policy"},
+            "training": {"per_device_batch_size": 8},
+        },
+    )
+    recipe = load_recipe(path)
+    assert recipe.grpo["loss_type"] == "grpo"
+    assert recipe.ppo["num_ppo_epochs"] == 2
+
+
+def test_shipped_recipes_load() -> None:
+    for path in sorted((REPO / "recipes").rglob("*.yaml")):
+        recipe = load_recipe(path)
+        assert recipe.rewards, path
+
+
+def test_defaults_follow_the_contract() -> None:
+    recipe = load_recipe(None)
+    assert recipe.checkpointing.every == 100_000
+    assert recipe.checkpointing.unit == "samples"
+    assert recipe.checkpointing.resume == "auto"
+    assert recipe.early_stopping.patience == 5
+    assert recipe.model.trust_remote_code is False
+    assert recipe.monitoring.wandb.mode == "auto"

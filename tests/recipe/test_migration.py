@@ -1,0 +1,442 @@
+"""`llm-rl migrate`: our recipes and flat TRL-style GRPO YAMLs, every key accounted for, and the result
+valid and trainable; warm starts from a GRPO run's weights and LoRA adapter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from llm_rl.cli import main
+from llm_rl.models.load import resolve_model_path
+from llm_rl.recipe.load import load_recipe, read_recipe_file
+from llm_rl.recipe.migration import leaves, migrate
+from llm_rl.run.training import build_components, train
+from tests.conftest import ARITHMETIC, LLM_RL, REPO, run_entry, short_grpo_run
+
+# Flat GRPO YAMLs written the way public TRL-based projects write them.
+OPEN_R1_STYLE = """
+# Model arguments
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+torch_dtype: bfloat16
+attn_implementation: flash_attention_2
+# Data training arguments
+dataset_name: {dataset}
+dataset_prompt_column: question
+system_prompt: "You are a helpful AI Assistant that provides well-reasoned and detailed responses."
+# GRPO trainer config
+beta: 0.04
+bf16: true
+use_vllm: true
+do_eval: false
+gradient_accumulation_steps: 2
+gradient_checkpointing: true
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO
+hub_strategy: every_save
+learning_rate: 2.0e-05
+log_completions: true
+log_level: info
+logging_first_step: true
+logging_steps: 1
+logging_strategy: steps
+lr_scheduler_type: cosine
+max_prompt_length: 512
+max_completion_length: 1024
+max_steps: -1
+num_generations: 8
+num_train_epochs: 1
+output_dir: {output}
+overwrite_output_dir: true
+per_device_eval_batch_size: 16
+per_device_train_batch_size: 16
+push_to_hub: true
+report_to:
+- wandb
+reward_funcs:
+- accuracy
+- format
+reward_weights:
+- 1.0
+- 0.5
+save_strategy: "epoch"
+save_total_limit: 1
+seed: 42
+warmup_ratio: 0.1
+"""
+
+TRL_SCRIPT_STYLE = """
+model_name_or_path: Qwen/Qwen2-0.5B-Instruct
+dataset_name: trl-lib/DeepMath-103K
+dataset_train_split: train
+dataset_test_split: test
+reward_model_name_or_path: {reward_model}
+reward_funcs: [think_format_reward, my_pkg.rewards.brevity]
+use_peft: true
+lora_r: 32
+lora_alpha: 64
+lora_dropout: 0.1
+lora_target_modules: [q_proj, v_proj]
+learning_rate: 1.0e-6
+per_device_train_batch_size: 8
+num_generations: 4
+max_completion_length: 256
+temperature: 0.9
+epsilon: 0.28
+epsilon_high: 0.28
+loss_type: dr_grpo
+scale_rewards: batch
+num_iterations: 2
+mask_truncated_completions: true
+max_steps: 500
+save_steps: 50
+report_to: none
+output_dir: runs/deepmath-grpo
+"""
+
+VLLM_STYLE = """
+model_name_or_path: meta-llama/Llama-3.2-1B-Instruct
+dataset_name: openai/gsm8k
+dataset_config: main
+beta: 0.0
+use_vllm: true
+vllm_mode: colocate
+vllm_gpu_memory_utilization: 0.3
+vllm_max_model_len: 2048
+steps_per_generation: 4
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 4
+num_generations: 8
+optim: adamw_torch_fused
+wandb_log_unique_prompts: true
+max_steps: 100
+report_to: [wandb, tensorboard]
+some_key_from_a_fork: 3
+"""
+
+
+def prompts(path: Path, count: int = 80) -> Path:
+    """Single-digit sums in a jsonl file, with the answer in `solution` as public math recipes name it."""
+    path.write_text(
+        "".join(
+            json.dumps({"question": f"{i % 10}+{i // 10 % 10}=", "solution": str(i % 10 + i // 10 % 10)})
+            + "\n"
+            for i in range(count)
+        )
+    )
+    return path
+
+
+def flat(tmp_path: Path, text: str, **values: str) -> Path:
+    path = tmp_path / "flat.yaml"
+    path.write_text(text.format(**values))
+    return path
+
+
+def sources_of(migration) -> set[str]:
+    return {row.source for row in migration.rows}
+
+
+def accounted_keys(path: Path) -> set[str]:
+    """What a flat file's rows must cover: every top-level key, each reward function by name."""
+    raw = yaml.safe_load(path.read_text())
+    keys = {key for key in raw if key != "reward_funcs"}
+    return keys | {f"reward_funcs: {name}" for name in raw.get("reward_funcs", [])}
+
+
+# --------------------------------------------------------------------------------------------------
+# Flat TRL-style YAMLs
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ["open_r1", "trl_script", "vllm"])
+def test_every_key_of_a_flat_yaml_is_accounted_for(
+    tmp_path: Path, reward_model_dir: Path, style: str
+) -> None:
+    text = {"open_r1": OPEN_R1_STYLE, "trl_script": TRL_SCRIPT_STYLE, "vllm": VLLM_STYLE}[style]
+    source = flat(
+        tmp_path,
+        text,
+        dataset=str(prompts(tmp_path / "p.jsonl")),
+        output="runs/x-grpo",
+        reward_model=str(reward_model_dir),
+    )
+    migration = migrate(source, "ppo")
+    assert accounted_keys(source) <= sources_of(migration)
+    assert migration.recipe["algorithm"] == "ppo"
+    assert "grpo" not in migration.recipe
+
+
+def test_flat_open_r1_yaml_maps_onto_ppo(tmp_path: Path) -> None:
+    source = flat(tmp_path, OPEN_R1_STYLE, dataset=str(prompts(tmp_path / "p.jsonl")), output="runs/x-grpo")
+    migration = migrate(source, "ppo")
+    recipe = migration.recipe
+    assert recipe["ppo"]["kl_coef"] == 0.04
+    assert recipe["ppo"]["cliprange"] == 0.2
+    assert recipe["ppo"]["critic_learning_rate"] == pytest.approx(2e-4)
+    assert recipe["ppo"]["value_model"] == "policy"
+    assert recipe["rewards"] == [
+        {"name": "accuracy", "answer_column": "solution", "weight": 1.0},
+        {"name": "format", "weight": 0.5},
+    ]
+    assert recipe["training"]["per_device_batch_size"] == 16
+    assert recipe["training"]["precision"] == "bf16"
+    assert recipe["model"]["dtype"] == "bfloat16"
+    assert recipe["generation"]["max_new_tokens"] == 1024
+    assert recipe["data"]["max_prompt_length"] == 512
+    assert recipe["run"]["output_dir"] == "runs/x-ppo"
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "removed from TRL" in warned["max_prompt_length"]
+    assert "one completion per prompt" in warned["num_generations"]
+    assert "use_vllm" in warned and "push_to_hub" in warned
+    assert "beta" not in warned and "learning_rate" not in warned
+
+
+def test_flat_trl_script_yaml_keeps_lora_reward_model_and_clipping(
+    tmp_path: Path, reward_model_dir: Path
+) -> None:
+    source = flat(tmp_path, TRL_SCRIPT_STYLE, reward_model=str(reward_model_dir))
+    recipe = migrate(source, "ppo").recipe
+    assert recipe["model"]["lora"] == {
+        "enabled": True,
+        "r": 32,
+        "alpha": 64,
+        "dropout": 0.1,
+        "target_modules": ["q_proj", "v_proj"],
+    }
+    assert recipe["rewards"][0] == {"name": "reward_model", "path": str(reward_model_dir)}
+    assert recipe["rewards"][2] == {"name": "my_pkg.rewards:brevity"}
+    # With a reward model in the recipe, the critic starts from it (OpenRLHF's default).
+    assert recipe["ppo"]["value_model"] == "reward_model"
+    assert recipe["ppo"]["cliprange"] == 0.28
+    assert recipe["ppo"]["num_ppo_epochs"] == 2
+    assert recipe["checkpointing"] == {"every": 50, "unit": "steps"}
+    assert recipe["monitoring"]["wandb"]["mode"] == "disabled"
+    # 500 updates: warm-up is 5%, capped at 50.
+    assert recipe["ppo"]["critic_warmup_steps"] == 25
+    assert recipe["run"]["output_dir"] == "runs/deepmath-ppo"
+
+
+def test_flat_yaml_renamed_and_unknown_keys_get_a_clear_word(tmp_path: Path) -> None:
+    migration = migrate(flat(tmp_path, VLLM_STYLE), "grpo")
+    recipe = migration.recipe
+    assert recipe["algorithm"] == "grpo"
+    assert recipe["grpo"]["vllm_max_model_length"] == 2048
+    assert recipe["grpo"]["log_unique_prompts"] is True
+    assert recipe["grpo"]["optim"] == "adamw_torch_fused"
+    assert recipe["monitoring"]["tensorboard"] is True
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "renamed in TRL" in warned["vllm_max_model_len"]
+    assert "not a field of TRL" in warned["some_key_from_a_fork"]
+    assert "default configuration" in warned["dataset_config"]
+
+
+def test_a_migrated_flat_yaml_validates_and_trains(tmp_path: Path) -> None:
+    data = prompts(tmp_path / "p.jsonl")
+    source = flat(tmp_path, OPEN_R1_STYLE, dataset=str(data), output=str(tmp_path / "run-grpo"))
+    target = tmp_path / "ppo.yaml"
+    result = run_entry(
+        ["migrate", str(source), "--to", "ppo", "-o", str(target)], launcher=[LLM_RL], timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for key in accounted_keys(source):
+        assert key in result.stdout, key
+    assert "warning: no PPO counterpart or not used" in result.stderr
+    tiny = [
+        "--set", "model.policy=builtin:tiny-arithmetic",
+        "--set", "model.dtype=auto",
+        "--set", "model.attn_implementation=null",
+        "--set", "data.system_prompt=null",
+        "--set", "training.precision=fp32",
+        "--set", "generation.max_new_tokens=3",
+        "--set", "monitoring.wandb.mode=disabled",
+        "--set", "monitoring.progress=false",
+    ]  # fmt: skip
+    validated = run_entry(["validate", str(target), *tiny], launcher=[LLM_RL], timeout=120)
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    trained = run_entry(
+        [
+            "train",
+            str(target),
+            *tiny,
+            "--set",
+            "training.max_steps=2",
+            "--set",
+            "training.gradient_accumulation_steps=1",
+            "--set",
+            "ppo.critic_warmup_steps=1",
+        ],
+        launcher=[LLM_RL],
+        timeout=300,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    summary = json.loads((tmp_path / "run-ppo" / "run_summary.json").read_text())
+    assert (summary["status"], summary["algorithm"], summary["steps"]) == ("completed", "ppo", 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Our recipes
+# --------------------------------------------------------------------------------------------------
+
+
+def test_every_key_of_our_recipe_is_accounted_for(tmp_path: Path) -> None:
+    migration = migrate(ARITHMETIC / "grpo.yaml", "ppo")
+    sources = {source.removesuffix(" (TRL default)") for source in sources_of(migration)}
+    assert {dotted for dotted, _ in leaves(read_recipe_file(ARITHMETIC / "grpo.yaml"))} <= sources
+
+
+def test_grpo_to_ppo_to_grpo_round_trip(tmp_path: Path) -> None:
+    ppo = tmp_path / "ppo.yaml"
+    back = tmp_path / "grpo.yaml"
+    assert main(["migrate", str(ARITHMETIC / "grpo.yaml"), "--to", "ppo", "-o", str(ppo)]) == 0
+    assert main(["migrate", str(ppo), "--to", "grpo", "-o", str(back)]) == 0
+    original, migrated, returned = (load_recipe(p).to_dict() for p in (ARITHMETIC / "grpo.yaml", ppo, back))
+    assert migrated["algorithm"] == "ppo"
+    assert migrated["ppo"] == {
+        "kl_coef": 0.0,
+        "cliprange": 0.2,
+        "value_model": "policy",
+        "critic_learning_rate": pytest.approx(1e-3),
+        "critic_warmup_steps": 50,
+    }
+    assert migrated["run"]["output_dir"] == "runs/ppo-arithmetic"
+    for section in ("model", "data", "rewards", "generation", "training", "checkpointing", "monitoring"):
+        assert migrated[section] == original[section], section
+    assert {k: v for k, v in returned.items() if k != "grpo"} == {
+        k: v for k, v in original.items() if k != "grpo"
+    }
+    assert returned["grpo"] == {**original["grpo"], "epsilon": 0.2}
+
+
+def test_ppo_to_grpo_warns_about_the_critic_and_picks_a_group_size(tmp_path: Path) -> None:
+    migration = migrate(ARITHMETIC / "ppo.yaml", "grpo")
+    grpo = migration.recipe["grpo"]
+    assert grpo == {"beta": 0.0, "epsilon": 0.2, "num_iterations": 2, "num_generations": 8}
+    warned = {row.source for row in migration.warnings}
+    assert {
+        "ppo.value_model",
+        "ppo.critic_learning_rate",
+        "ppo.critic_warmup_steps",
+        "ppo.num_mini_batches",
+    } <= warned
+    load_recipe(ARITHMETIC / "ppo.yaml")  # the source is untouched and still valid
+
+
+def test_the_same_algorithm_copies_the_recipe(tmp_path: Path) -> None:
+    migration = migrate(ARITHMETIC / "grpo.yaml", "grpo")
+    assert migration.recipe == read_recipe_file(ARITHMETIC / "grpo.yaml")
+    assert not migration.warnings
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "reward_funcs: [accuracy]\nreward_weights: [1.0, 2.0]\n",
+            "reward_weights has 2 weights for 1 reward",
+        ),
+        ("learning_rate: fast\n", "training.learning_rate"),
+        ("training: {max_stepz: 3}\n", "training.max_stepz: unknown key"),
+    ],
+)
+def test_bad_sources_exit_2_and_write_nothing(tmp_path: Path, text: str, expected: str) -> None:
+    source = tmp_path / "bad.yaml"
+    source.write_text(text)
+    target = tmp_path / "out.yaml"
+    result = run_entry(["migrate", str(source), "-o", str(target)], launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert expected in result.stderr
+    assert not target.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Warm starts
+# --------------------------------------------------------------------------------------------------
+
+
+def ppo_warm_start(final: Path, output: Path):
+    """The migrated PPO recipe, warm-started from `final`, loaded with its components."""
+    target = output / "ppo.yaml"
+    assert (
+        main(["migrate", str(ARITHMETIC / "grpo.yaml"), "-o", str(target), "--warm-start", str(final)]) == 0
+    )
+    recipe = load_recipe(
+        target,
+        [f"run.output_dir={output / 'run'}", "training.max_steps=2", "training.per_device_batch_size=16",
+         "ppo.critic_warmup_steps=1", "monitoring.wandb.mode=disabled", "monitoring.progress=false"],
+    )  # fmt: skip
+    return recipe, build_components(recipe)
+
+
+def test_ppo_warm_starts_from_a_grpo_runs_weights(tmp_path: Path) -> None:
+    final = short_grpo_run(tmp_path / "grpo")
+    recipe, components = ppo_warm_start(final, tmp_path)
+    assert recipe.model.policy == str(final)
+    saved = load_file(final / "model.safetensors")
+    loaded = components.policy.state_dict()
+    base = load_file(resolve_model_path("builtin:tiny-arithmetic") + "/model.safetensors")
+    for name, tensor in saved.items():
+        torch.testing.assert_close(loaded[name], tensor, rtol=0, atol=0, msg=name)
+    assert any(not torch.equal(tensor, base[name]) for name, tensor in saved.items()), "GRPO changed nothing"
+    assert train(recipe)["status"] == "completed"
+
+
+def test_ppo_warm_starts_from_a_grpo_lora_adapter(tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    final = short_grpo_run(tmp_path / "grpo", "model.lora.enabled=true", "model.lora.r=4")
+    assert (final / "adapter_config.json").is_file() and not (final / "config.json").exists()
+    recipe, components = ppo_warm_start(final, tmp_path)
+    base_path = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+    expected = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base_path), str(final)
+    ).merge_and_unload()
+    base = AutoModelForCausalLM.from_pretrained(base_path).state_dict()
+    loaded = components.policy.state_dict()
+    moved = 0
+    for name, tensor in expected.state_dict().items():
+        torch.testing.assert_close(loaded[name], tensor, rtol=0, atol=0, msg=name)
+        moved += not torch.equal(tensor, base[name])
+    assert moved, "the GRPO adapter changed no weight: the warm start would prove nothing"
+    assert train(recipe)["status"] == "completed"
+
+
+# --------------------------------------------------------------------------------------------------
+# The GSM8K recipes
+# --------------------------------------------------------------------------------------------------
+
+GSM8K_RECIPES = REPO / "recipes" / "gsm8k"
+# The embedded model in place of the 1.5B folder the recipes name, and fp32 for this CPU.
+ON_THIS_MACHINE = ["model.policy=builtin:tiny-arithmetic", "model.dtype=auto", "training.precision=fp32"]
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_gsm8k_recipes_validate_on_the_real_data(gsm8k_dir: Path, algorithm: str) -> None:
+    overrides = [f"data.source={gsm8k_dir}", *ON_THIS_MACHINE]
+    result = run_entry(
+        ["validate", str(GSM8K_RECIPES / f"{algorithm}.yaml"), *(a for o in overrides for a in ("--set", o))],
+        launcher=[LLM_RL],
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "eval prompts" in result.stdout
+    assert "938 updates x 64 samples" in result.stdout
+
+
+def test_migrating_the_gsm8k_grpo_recipe_keeps_what_the_shipped_ppo_recipe_shares(tmp_path: Path) -> None:
+    target = tmp_path / "ppo.yaml"
+    assert main(["migrate", str(GSM8K_RECIPES / "grpo.yaml"), "-o", str(target)]) == 0
+    migrated = load_recipe(target).to_dict()
+    shipped = load_recipe(GSM8K_RECIPES / "ppo.yaml").to_dict()
+    for section in ("model", "data", "rewards", "generation", "training", "evaluation", "early_stopping"):
+        assert migrated[section] == shipped[section], section
+    assert migrated["ppo"]["kl_coef"] == shipped["ppo"]["kl_coef"] == 0.04
+    assert migrated["run"]["output_dir"] == shipped["run"]["output_dir"]

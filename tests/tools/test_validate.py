@@ -1,0 +1,30 @@
+"""`llm-rl validate`: a recipe summarised without training, on the embedded task and on GSM8K."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import LLM_RL, run_entry, write_recipe
+
+
+def test_validate_summarises_without_training(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path / "recipe.yaml")
+    result = run_entry(
+        ["validate", str(recipe), "--set", "training.max_steps=3"], launcher=[LLM_RL], timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "recipe OK: GRPO" in result.stdout
+    assert "3 updates x 8 samples = 24 samples" in result.stdout
+    assert "accuracy" in result.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_validate_accepts_gsm8k_recipe(tmp_path: Path, gsm8k_dir: Path) -> None:
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml",
+        data={"source": str(gsm8k_dir / "test.jsonl"), "prompt_column": "question", "columns": ["answer"]},
+        rewards=[{"name": "accuracy"}],
+    )
+    result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "1319 training prompts" in result.stdout
