@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 ARITHMETIC = REPO / "recipes" / "arithmetic"
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
-ALGORITHMS = ["grpo", "ppo"]
+ALGORITHMS = ["grpo", "ppo", "rloo"]
 
 os.environ.setdefault("LLM_RL_CACHE", str(REPO / ".pytest_cache" / "llm_rl"))
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -115,6 +115,7 @@ def reward_model_dir(tmp_path_factory) -> Path:
 SMALL = {
     "grpo": ["training.per_device_batch_size=16", "grpo.num_generations=4"],
     "ppo": ["training.per_device_batch_size=16"],
+    "rloo": ["training.per_device_batch_size=16", "rloo.num_generations=4"],
 }
 
 

@@ -20,7 +20,7 @@ BAD_RECIPES = [
     ({"training": {"learning_rate": "fast"}}, "training.learning_rate: input should be a valid number"),
     ({"training": {"max_steps": 0}}, "training.max_steps: input should be greater than 0"),
     ({"training": {"max_steps": 1.5}}, "training.max_steps: input should be a valid integer"),
-    ({"algorithm": "dpo"}, "algorithm: input should be 'grpo' or 'ppo'"),
+    ({"algorithm": "dpo"}, "algorithm: input should be 'grpo', 'ppo' or 'rloo'"),
     (
         {"generation": {"max_new_tokens": 8, "min_new_tokens": 9}},
         "generation.min_new_tokens (9) is above generation.max_new_tokens (8)",

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_entry
 from transformers import LlamaConfig
 
 from llm_rl.algorithms.rloo import samples_per_step, trainer_config
@@ -19,6 +18,7 @@ from llm_rl.recipe.load import load_recipe, validate_recipe
 from llm_rl.recipe.migration import migrate
 from llm_rl.tools.doctor import diagnose
 from llm_rl.tools.plan import plan
+from tests.conftest import REPO, run_entry
 
 ARITHMETIC = REPO / "recipes" / "arithmetic"
 LLM_RL = str(Path(sys.executable).parent / "llm-rl")
