@@ -74,6 +74,9 @@ class Counterpart(NamedTuple):
 class Algorithm(Protocol):
     """What an algorithm module provides; `llm_rl.algorithms.registry` lists the modules.
 
+    An algorithm is a module: the constants below are its module-level names, the methods its
+    functions (without `self`).
+
     Every function that can reject a recipe raises `llm_rl.errors.RecipeError` naming the dotted key.
     """
 
