@@ -1,0 +1,221 @@
+"""Flat TRL-style GRPO YAMLs (GRPOConfig fields at the top level, plus the script arguments
+`model_name_or_path`, `dataset_name`, `reward_funcs`, ...) imported into our GRPO schema, each key
+accounted for; `llm-rl migrate` then converts the result like one of our recipes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from llm_rl.algorithms.registry import ALGORITHMS
+from llm_rl.errors import RecipeError
+from llm_rl.recipe.accounting import Migration, put
+from llm_rl.schema import SHARED_TRL_FIELDS
+
+# Script and model arguments of TRL's and open-r1's scripts -> our keys.
+FLAT_KEYS = {
+    "model_name_or_path": "model.policy",
+    "trust_remote_code": "model.trust_remote_code",
+    "attn_implementation": "model.attn_implementation",
+    "gradient_checkpointing": "model.gradient_checkpointing",
+    "use_peft": "model.lora.enabled",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
+    "dataset_name": "data.source",
+    "dataset_train_split": "data.split",
+    "dataset_test_split": "data.eval_split",
+    "dataset_prompt_column": "data.prompt_column",
+    "system_prompt": "data.system_prompt",
+    "eval_steps": "evaluation.every",
+    "per_device_eval_batch_size": "evaluation.batch_size",
+    "wandb_project": "monitoring.wandb.project",
+    "wandb_entity": "monitoring.wandb.entity",
+}
+
+# TRL config fields our shared sections own -> our keys, for the flat file's top level.
+FLAT_SHARED = {
+    trl_name: ours
+    for trl_name, ours in SHARED_TRL_FIELDS.items()
+    if "[" not in ours and trl_name not in {"bf16", "fp16", "report_to", "save_steps", "total_episodes"}
+}
+
+# Keys with nothing to carry into llm_rl, and why.
+FLAT_NOT_USED = {
+    "model_revision": "llm_rl loads the folder or the hub's default revision; pin a revision by downloading it",
+    "push_to_hub": "llm_rl writes final/ locally; push it yourself",
+    "hub_model_id": "llm_rl does not push to the hub",
+    "hub_strategy": "llm_rl does not push to the hub",
+    "hub_private_repo": "llm_rl does not push to the hub",
+    "overwrite_output_dir": "llm_rl resumes from the run folder (checkpointing.resume); use a new run.output_dir",
+    "log_level": "llm_rl prints one progress line per logging step",
+    "logging_first_step": "metrics.jsonl holds every logging step",
+    "logging_strategy": "llm_rl logs every training.logging_steps updates",
+    "save_strategy": "llm_rl saves by checkpointing.every / checkpointing.unit",
+    "eval_strategy": "llm_rl evaluates every evaluation.every updates",
+    "do_eval": "llm_rl evaluates when evaluation.every is set",
+    "num_train_epochs": (
+        "llm_rl's budget is training.max_steps or training.total_samples (epochs x prompts x completions); "
+        "without one a run stops at 10,000 samples"
+    ),
+    "gradient_checkpointing_kwargs": "llm_rl sets these itself with model.gradient_checkpointing",
+    "dataset_config": "llm_rl reads a hub dataset's default configuration; save the one you need locally",
+    "torch_dtype": "",  # handled in import_dtype
+    "dtype": "",
+}
+
+# Keys TRL has removed: the clear word the issue tracker keeps being asked for.
+REMOVED_FROM_TRL = {
+    "max_prompt_length": (
+        "data.max_prompt_length",
+        "removed from TRL's GRPOConfig (it no longer truncates prompts); llm_rl drops longer prompts "
+        "and counts them",
+    ),
+    "vllm_max_model_len": ("grpo.vllm_max_model_length", "renamed in TRL to vllm_max_model_length"),
+    "vllm_guided_decoding_regex": (
+        "grpo.vllm_structured_outputs_regex",
+        "renamed in TRL to vllm_structured_outputs_regex",
+    ),
+    "wandb_log_unique_prompts": ("grpo.log_unique_prompts", "renamed in TRL to log_unique_prompts"),
+}
+
+# Reward names of TRL's grpo script and open-r1 -> our reward entry (without weight), and a note.
+FLAT_REWARDS: dict[str, tuple[dict[str, Any], str]] = {
+    "accuracy": (
+        {"name": "accuracy", "answer_column": "solution"},
+        "math-verify against the `solution` column",
+    ),
+    "accuracy_reward": ({"name": "accuracy", "answer_column": "solution"}, "math-verify against `solution`"),
+    "format": ({"name": "format"}, "open-r1's <think>/<answer> format (our default pattern)"),
+    "think_format_reward": (
+        {"name": "format", "pattern": r"^<think>(?!.*<think>)(.*?)</think>.*$", "alias": "think_format"},
+        "TRL's think_format_reward pattern",
+    ),
+}
+
+DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "auto": "auto"}
+
+
+def import_flat(flat: dict[str, Any]) -> Migration:
+    """A flat TRL-style GRPO YAML as our GRPO recipe, each key accounted for."""
+    grpo_fields = ALGORITHMS["grpo"].section_fields()
+    out = Migration({"algorithm": "grpo"})
+    handled = {"reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to"}
+    import_rewards(flat, out)
+    import_precision(flat, out)
+    import_reporting(flat, out)
+    for key, value in flat.items():
+        if key in handled:
+            continue
+        if key in FLAT_KEYS:
+            put(out.recipe, FLAT_KEYS[key], value)
+            out.keep(key, value, FLAT_KEYS[key])
+        elif key in ("torch_dtype", "dtype"):
+            import_dtype(key, value, out)
+        elif key in REMOVED_FROM_TRL:
+            target, why = REMOVED_FROM_TRL[key]
+            put(out.recipe, target, value)
+            out.warn(key, value, why, target)
+        elif key == "save_steps":
+            import_save_steps(flat, value, out)
+        elif key == "max_steps":
+            if isinstance(value, int) and value > 0:
+                put(out.recipe, "training.max_steps", value)
+                out.keep(key, value, "training.max_steps")
+            else:
+                out.warn(key, value, "no step limit: give training.max_steps or training.total_samples")
+        elif key in FLAT_SHARED:
+            put(out.recipe, FLAT_SHARED[key], value)
+            out.keep(key, value, FLAT_SHARED[key])
+        elif key in FLAT_NOT_USED:
+            out.warn(key, value, f"not used: {FLAT_NOT_USED[key]}")
+        elif key in grpo_fields:
+            put(out.recipe, f"grpo.{key}", value)
+            out.keep(key, value, f"grpo.{key}")
+        else:
+            out.warn(key, value, "not a field of TRL's GRPOConfig or of its scripts: not carried")
+    return out
+
+
+def import_rewards(flat: dict[str, Any], out: Migration) -> None:
+    """`reward_model_name_or_path`, `reward_funcs` and `reward_weights` as our `rewards:` list."""
+    names = list(flat.get("reward_funcs") or [])
+    weights = flat.get("reward_weights")
+    entries: list[dict[str, Any]] = []
+    path = flat.get("reward_model_name_or_path")
+    if path:
+        entries.append({"name": "reward_model", "path": path})
+        out.keep("reward_model_name_or_path", path, "rewards[0] (reward_model)")
+    for name in names:
+        index = len(entries)
+        if name in FLAT_REWARDS:
+            entry, note = FLAT_REWARDS[name]
+            entries.append(copy.deepcopy(entry))
+            out.keep(f"reward_funcs: {name}", name, f"rewards[{index}] ({entry['name']})", note)
+        elif ":" in name or "." in name:
+            module, _, function = name.rpartition(":" if ":" in name else ".")
+            entries.append({"name": f"{module}:{function}"})
+            out.keep(f"reward_funcs: {name}", name, f"rewards[{index}]", "your function, by import path")
+        else:
+            entries.append({"name": name})
+            out.warn(
+                f"reward_funcs: {name}",
+                name,
+                "no built-in of this name: name your implementation as package.module:function",
+                f"rewards[{index}]",
+            )
+    if weights is not None:
+        if len(weights) != len(entries):
+            raise RecipeError(
+                f"reward_weights has {len(weights)} weights for {len(entries)} reward functions",
+                where="reward_weights",
+            )
+        for entry, weight in zip(entries, weights, strict=True):
+            entry["weight"] = float(weight)
+        out.keep("reward_weights", weights, "rewards[].weight")
+    if entries:
+        out.recipe["rewards"] = entries
+
+
+def import_precision(flat: dict[str, Any], out: Migration) -> None:
+    """`bf16` / `fp16` as `training.precision`."""
+    for key in ("bf16", "fp16"):
+        if key in flat:
+            if flat[key]:
+                put(out.recipe, "training.precision", key)
+                out.keep(key, flat[key], "training.precision")
+            else:
+                out.keep(key, flat[key], "-", "off: training.precision stays auto")
+
+
+def import_dtype(key: str, value: Any, out: Migration) -> None:
+    """`torch_dtype` / `dtype` as `model.dtype`."""
+    if value in DTYPE_NAMES:
+        put(out.recipe, "model.dtype", DTYPE_NAMES[value])
+        out.keep(key, value, "model.dtype")
+    else:
+        out.warn(key, value, f"not a dtype llm_rl loads ({', '.join(DTYPE_NAMES)})")
+
+
+def import_reporting(flat: dict[str, Any], out: Migration) -> None:
+    """`report_to` as the wandb mode and the TensorBoard switch."""
+    if "report_to" not in flat:
+        return
+    value = flat["report_to"]
+    targets = [value] if isinstance(value, str) else list(value or [])
+    mode = "auto" if "wandb" in targets or "all" in targets else "disabled"
+    put(out.recipe, "monitoring.wandb.mode", mode)
+    if "tensorboard" in targets or "all" in targets:
+        put(out.recipe, "monitoring.tensorboard", True)
+    out.keep("report_to", value, "monitoring.wandb.mode", f"wandb {mode}")
+
+
+def import_save_steps(flat: dict[str, Any], value: Any, out: Migration) -> None:
+    """`save_steps` as a checkpoint cadence in updates (a fraction of the run is not carried)."""
+    if isinstance(value, int) and value >= 1:
+        put(out.recipe, "checkpointing.every", value)
+        put(out.recipe, "checkpointing.unit", "steps")
+        out.keep("save_steps", value, "checkpointing.every", "unit: steps")
+    else:
+        out.warn("save_steps", value, "a fraction of the run: set checkpointing.every in samples or steps")
