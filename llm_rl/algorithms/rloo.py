@@ -58,8 +58,6 @@ def check_recipe(recipe: Recipe) -> None:
             "advantages.normalize: 'group' divides by each group's reward spread, which RLOO does not do: "
             "use 'batch' (RLOO's normalize_advantages) or 'none'"
         )
-    if recipe.advantages.whiten_rewards:
-        raise RecipeError("advantages.whiten_rewards: PPO only (RLOO has no per-token rewards)")
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
 

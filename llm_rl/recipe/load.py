@@ -135,9 +135,14 @@ def check_top_level(raw: dict[str, Any], where: str) -> None:
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise RecipeError(f"algorithm: input should be {known_names()}, got {algorithm!r}", where=where)
     for key, value in raw.items():
+        if not isinstance(key, str):
+            raise RecipeError(f"[{key}]: keys should be strings", where=where)
         if key in ALGORITHMS:
             if not isinstance(value, dict):
                 raise RecipeError(f"{key}: input should be a valid dictionary, got {value!r}", where=where)
+            for inner in value:
+                if not isinstance(inner, str):
+                    raise RecipeError(f"{key}[{inner}]: keys should be strings", where=where)
         elif key not in Recipe.model_fields:
             suggestion = suggest_key(Recipe, [key], extra=list(ALGORITHMS))
             hint = f" (did you mean {suggestion!r}?)" if suggestion else ""

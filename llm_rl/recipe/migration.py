@@ -33,7 +33,7 @@ from llm_rl.schema import Recipe
 def read_source(path: Path) -> tuple[dict[str, Any], bool]:
     """The source recipe as a mapping (extends resolved) and whether it is a flat TRL-style file."""
     raw = read_yaml_mapping(path)
-    ours = set(Recipe.model_fields) | {"extends"}
+    ours = set(Recipe.model_fields) | set(ALGORITHMS) | {"extends"}
     if any(key in ours and isinstance(value, dict | list | str) for key, value in raw.items()):
         return read_recipe_file(path), False
     return raw, True
@@ -68,14 +68,16 @@ def convert_section(
         for shared, mine in source.COUNTERPARTS.items()
         if shared in target.COUNTERPARTS
     }
+    # The source's TRL defaults are carried where the target would read the setting otherwise: under
+    # another name, or with another default (GRPO's beta is 0, RLOO's 0.05).
     defaults = {
         mine.key: mine.default
         for shared, mine in source.COUNTERPARTS.items()
         if mine.default is not None
         and shared in target.COUNTERPARTS
-        and mine.key != target.COUNTERPARTS[shared].key
+        and (mine.key, mine.default) != (target.COUNTERPARTS[shared].key, target.COUNTERPARTS[shared].default)
     }
-    missing = target.missing_counterparts(recipe | {source.NAME: section})
+    missing = target.missing_counterparts({**recipe, "algorithm": source.NAME, source.NAME: section})
     converted: dict[str, Any] = {}
     for key, value in {**defaults, **section}.items():
         origin = f"{source.NAME}.{key}" if key in section else f"{source.NAME}.{key} (TRL default)"
@@ -130,7 +132,7 @@ def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration
     imported = import_flat(raw) if flat else None
     source = imported.recipe if imported else raw
     validate_recipe(copy.deepcopy(source), where=f"{path} (imported)" if flat else str(path))
-    source_algorithm = source.get("algorithm", "grpo")
+    source_algorithm = source.get("algorithm", Recipe.model_fields["algorithm"].default)
     out = Migration({})
     if not flat:
         out.keep("algorithm", source_algorithm, "algorithm", f"now {target}")

@@ -20,6 +20,7 @@ import yaml
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.errors import DataError
 from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, read_rows, stage_folder
+from llm_rl.schema import Recipe
 
 # Fewer rows than this say nothing reliable about trends.
 MIN_ROWS = 20
@@ -45,7 +46,7 @@ class Run:
 
     @property
     def algorithm(self) -> str:
-        return self.recipe.get("algorithm", "grpo")
+        return self.recipe.get("algorithm", Recipe.model_fields["algorithm"].default)
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """(step, value) for every row that has the metric."""

@@ -194,3 +194,29 @@ def test_defaults_follow_the_contract() -> None:
     assert recipe.early_stopping.patience == 5
     assert recipe.model.trust_remote_code is False
     assert recipe.monitoring.wandb.mode == "auto"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("1: foo\n", "[1]: keys should be strings"), ("grpo: {1: x}\n", "grpo[1]: keys should be strings")],
+)
+def test_keys_that_are_not_strings_are_bad_input(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    assert str(caught.value).endswith(message)
+
+
+def test_a_staged_ppo_recipe_is_checked_by_its_stages_budgets_not_its_own(tmp_path: Path) -> None:
+    """The recipe's own 5 updates would end inside a 60-update warm-up; the one stage has 100."""
+    path = tmp_path / "staged.yaml"
+    path.write_text(
+        "algorithm: ppo\ntraining: {max_steps: 5, per_device_batch_size: 8}\nppo: {critic_warmup_steps: 60}\n"
+        "stages: [{name: long, max_steps: 100}]\n"
+    )
+    recipe = load_recipe(path, [f"run.output_dir={tmp_path / 'run'}"])
+    assert recipe.stages[0].max_steps == 100
+    path.write_text(path.read_text().replace("max_steps: 100", "max_steps: 50"))
+    with pytest.raises(RecipeError, match="critic_warmup_steps"):
+        load_recipe(path, [f"run.output_dir={tmp_path / 'run'}"])

@@ -440,3 +440,29 @@ def test_migrating_the_gsm8k_grpo_recipe_keeps_what_the_shipped_ppo_recipe_share
         assert migrated[section] == shipped[section], section
     assert migrated["ppo"]["kl_coef"] == shipped["ppo"]["kl_coef"] == 0.04
     assert migrated["run"]["output_dir"] == shipped["run"]["output_dir"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Recipes that are only an algorithm section, and TRL defaults that differ under one name
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_recipe_of_only_a_grpo_section_is_ours_not_a_flat_file(tmp_path: Path) -> None:
+    source = tmp_path / "grpo.yaml"
+    source.write_text("grpo: {num_generations: 4, beta: 0.1}\ntraining: {per_device_batch_size: 8}\n")
+    migration = migrate(source, "ppo")
+    assert migration.recipe["ppo"]["kl_coef"] == 0.1
+    warned = {row.source: row.note for row in migration.warnings}
+    # The batch as the GRPO recipe had it: 8 completions per device are 2 prompts x 4 completions.
+    assert "not 2 prompts x 4 completions" in warned["grpo.num_generations"]
+
+
+def test_grpo_to_rloo_keeps_grpos_default_kl_weight(tmp_path: Path) -> None:
+    """GRPO's beta defaults to 0 and RLOO's to 0.05: the migrated recipe says 0, with a row for it."""
+    source = tmp_path / "grpo.yaml"
+    source.write_text("algorithm: grpo\ngrpo: {num_generations: 4}\ntraining: {per_device_batch_size: 8}\n")
+    migration = migrate(source, "rloo")
+    assert migration.recipe["rloo"] == {"beta": 0.0, "num_generations": 4}
+    rows = {row.source: row.target for row in migration.rows}
+    assert rows["grpo.beta (TRL default)"] == "rloo.beta"
+    assert "grpo.epsilon (TRL default)" not in rows, "the same default under the same name is not carried"

@@ -136,7 +136,9 @@ def check_recipe(recipe: Recipe) -> None:
             "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
             "PPO samples one completion per prompt: use 'batch' or 'none'"
         )
-    check_settings(recipe, ppo_settings(recipe))
+    if not recipe.stages:
+        # A staged recipe's own budget is no stage's; each stage is checked as a recipe of its own.
+        check_settings(recipe, ppo_settings(recipe))
 
 
 # --- a run ---
