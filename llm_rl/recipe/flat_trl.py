@@ -28,7 +28,6 @@ FLAT_KEYS = {
     "dataset_test_split": "data.eval_split",
     "dataset_prompt_column": "data.prompt_column",
     "system_prompt": "data.system_prompt",
-    "eval_steps": "evaluation.every",
     "per_device_eval_batch_size": "evaluation.batch_size",
     "wandb_project": "monitoring.wandb.project",
     "wandb_entity": "monitoring.wandb.entity",
@@ -52,8 +51,6 @@ FLAT_NOT_USED = {
     "log_level": "llm_rl prints one progress line per logging step",
     "logging_first_step": "metrics.jsonl holds every logging step",
     "logging_strategy": "llm_rl logs every training.logging_steps updates",
-    "save_strategy": "llm_rl saves by checkpointing.every / checkpointing.unit",
-    "eval_strategy": "llm_rl evaluates every evaluation.every updates",
     "do_eval": "llm_rl evaluates when evaluation.every is set",
     "num_train_epochs": (
         "llm_rl's budget is training.max_steps or training.total_samples (epochs x prompts x completions); "
@@ -101,10 +98,17 @@ def import_flat(flat: dict[str, Any]) -> Migration:
     """A flat TRL-style GRPO YAML as our GRPO recipe, each key accounted for."""
     grpo_fields = ALGORITHMS["grpo"].section_fields()
     out = Migration({"algorithm": "grpo"})
-    handled = {"reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to"}
+    handled = {
+        "reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to",
+        "save_strategy", "save_steps", "resume_from_checkpoint", "eval_strategy", "evaluation_strategy",
+        "eval_steps",
+    }  # fmt: skip
     import_rewards(flat, out)
     import_precision(flat, out)
     import_reporting(flat, out)
+    import_saving(flat, out)
+    import_resume(flat, out)
+    import_evaluation(flat, out)
     for key, value in flat.items():
         if key in handled:
             continue
@@ -117,8 +121,6 @@ def import_flat(flat: dict[str, Any]) -> Migration:
             target, why = REMOVED_FROM_TRL[key]
             put(out.recipe, target, value)
             out.warn(key, value, why, target)
-        elif key == "save_steps":
-            import_save_steps(flat, value, out)
         elif key == "max_steps":
             if isinstance(value, int) and value > 0:
                 put(out.recipe, "training.max_steps", value)
@@ -211,11 +213,71 @@ def import_reporting(flat: dict[str, Any], out: Migration) -> None:
     out.keep("report_to", value, "monitoring.wandb.mode", f"wandb {mode}")
 
 
-def import_save_steps(flat: dict[str, Any], value: Any, out: Migration) -> None:
-    """`save_steps` as a checkpoint cadence in updates (a fraction of the run is not carried)."""
-    if isinstance(value, int) and value >= 1:
+def import_saving(flat: dict[str, Any], out: Migration) -> None:
+    """`save_strategy` and `save_steps`: a cadence in updates, and nothing from a run that saved nothing."""
+    strategy = flat.get("save_strategy", "steps")
+    if "save_strategy" in flat:
+        if strategy == "steps" and "save_steps" in flat:
+            out.keep("save_strategy", strategy, "checkpointing.unit", "every save_steps updates")
+        else:
+            why = {
+                "no": "the source saved no checkpoints",
+                "steps": "TRL's default save_steps is not carried",
+            }.get(strategy, "checkpointing.every counts samples or steps, not epochs")
+            out.warn(
+                "save_strategy",
+                strategy,
+                f"{why}: llm_rl checkpoints every checkpointing.every (default 100,000 samples)",
+            )
+    if "save_steps" not in flat:
+        return
+    value = flat["save_steps"]
+    if strategy != "steps":
+        out.warn("save_steps", value, f"not used by the source (save_strategy {strategy!r}): not carried")
+    elif isinstance(value, int) and value >= 1:
         put(out.recipe, "checkpointing.every", value)
         put(out.recipe, "checkpointing.unit", "steps")
         out.keep("save_steps", value, "checkpointing.every", "unit: steps")
     else:
         out.warn("save_steps", value, "a fraction of the run: set checkpointing.every in samples or steps")
+
+
+def import_resume(flat: dict[str, Any], out: Migration) -> None:
+    """`resume_from_checkpoint`: false or null never resumes, true the latest checkpoint, a path that one."""
+    if "resume_from_checkpoint" not in flat:
+        return
+    value = flat["resume_from_checkpoint"]
+    resume = (
+        {True: "auto", False: "never", None: "never"}.get(value, value)
+        if not isinstance(value, str)
+        else value
+    )
+    if not isinstance(resume, str):
+        out.warn("resume_from_checkpoint", value, "neither a path nor true/false: not carried")
+        return
+    put(out.recipe, "checkpointing.resume", resume)
+    out.keep("resume_from_checkpoint", value, "checkpointing.resume", f"{resume!r}")
+
+
+def import_evaluation(flat: dict[str, Any], out: Migration) -> None:
+    """`eval_strategy` (or its old name `evaluation_strategy`) and `eval_steps`: held-out reward every
+    `eval_steps` updates, or never."""
+    key = "eval_strategy" if "eval_strategy" in flat else "evaluation_strategy"
+    strategy = flat.get(key, "steps" if "eval_steps" in flat else "no")
+    if key in flat:
+        if strategy == "steps":
+            out.keep(key, strategy, "evaluation.every", "every eval_steps updates")
+        elif strategy == "no":
+            out.keep(key, strategy, "evaluation.every", "never: the source did not evaluate")
+        else:
+            out.warn(key, strategy, "evaluation.every counts updates, not epochs: not carried")
+    if "eval_steps" not in flat:
+        return
+    value = flat["eval_steps"]
+    if strategy != "steps":
+        out.warn("eval_steps", value, f"not used by the source ({key} {strategy!r}): not carried")
+    elif isinstance(value, int) and value >= 1:
+        put(out.recipe, "evaluation.every", value)
+        out.keep("eval_steps", value, "evaluation.every")
+    else:
+        out.warn("eval_steps", value, "a fraction of the run: set evaluation.every in updates")

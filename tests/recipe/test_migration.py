@@ -466,3 +466,37 @@ def test_grpo_to_rloo_keeps_grpos_default_kl_weight(tmp_path: Path) -> None:
     rows = {row.source: row.target for row in migration.rows}
     assert rows["grpo.beta (TRL default)"] == "rloo.beta"
     assert "grpo.epsilon (TRL default)" not in rows, "the same default under the same name is not carried"
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving, evaluating and resuming as the flat file says
+# --------------------------------------------------------------------------------------------------
+
+
+def flat_file(tmp_path: Path, text: str) -> Path:
+    data = prompts(tmp_path / "p.jsonl")
+    path = tmp_path / "flat.yaml"
+    path.write_text(
+        f"model_name_or_path: builtin:tiny-arithmetic\ndataset_name: {data}\nreward_funcs: [accuracy]\n{text}"
+    )
+    return path
+
+
+def test_save_strategy_no_carries_no_checkpoint_cadence(tmp_path: Path) -> None:
+    migration = migrate(flat_file(tmp_path, 'save_strategy: "no"\nsave_steps: 1\n'), "ppo")
+    assert "checkpointing" not in migration.recipe or "every" not in migration.recipe["checkpointing"]
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "saved no checkpoints" in warned["save_strategy"]
+    assert "not used by the source" in warned["save_steps"]
+
+
+def test_eval_strategy_no_carries_no_evaluation(tmp_path: Path) -> None:
+    migration = migrate(flat_file(tmp_path, 'eval_strategy: "no"\neval_steps: 10\n'), "ppo")
+    assert (migration.recipe.get("evaluation") or {}).get("every") is None
+    assert "not used by the source" in {row.source: row.note for row in migration.warnings}["eval_steps"]
+
+
+@pytest.mark.parametrize(("value", "resume"), [("false", "never"), ("true", "auto"), ("null", "never")])
+def test_resume_from_checkpoint_true_or_false_converts(tmp_path: Path, value: str, resume: str) -> None:
+    migration = migrate(flat_file(tmp_path, f"resume_from_checkpoint: {value}\n"), "ppo")
+    assert migration.recipe["checkpointing"]["resume"] == resume
