@@ -52,6 +52,10 @@ FLAT_NOT_USED = {
     "logging_first_step": "metrics.jsonl holds every logging step",
     "logging_strategy": "llm_rl logs every training.logging_steps updates",
     "do_eval": "llm_rl evaluates when evaluation.every is set",
+    "chat_template": (
+        "a template string has no recipe key: put it in the model folder's tokenizer_config.json "
+        "(chat_template); data.chat_template: true (the default) applies the tokenizer's template"
+    ),
     "num_train_epochs": (
         "llm_rl's budget is training.max_steps or training.total_samples (epochs x prompts x completions); "
         "without one a run stops at 10,000 samples"

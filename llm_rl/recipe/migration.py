@@ -176,11 +176,16 @@ def in_schema_order(recipe: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def settings_count(count: int) -> str:
+    """'1 source setting', '3 source settings'."""
+    return f"{count} source setting{'' if count == 1 else 's'}"
+
+
 def write_recipe(migration: Migration, source: Path, output: Path, target: str) -> None:
     """The migrated recipe as YAML, with a header naming its source and its warnings."""
     header = [
         f"# Migrated from {source} to {target} by `llm-rl migrate`.",
-        f"# {len(migration.warnings)} source settings had no {target.upper()} counterpart (see the table it printed).",
+        f"# {settings_count(len(migration.warnings))} had no {target.upper()} counterpart (see the table it printed).",
     ]
     body = yaml.safe_dump(in_schema_order(migration.recipe), sort_keys=False, allow_unicode=True)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -500,3 +500,25 @@ def test_eval_strategy_no_carries_no_evaluation(tmp_path: Path) -> None:
 def test_resume_from_checkpoint_true_or_false_converts(tmp_path: Path, value: str, resume: str) -> None:
     migration = migrate(flat_file(tmp_path, f"resume_from_checkpoint: {value}\n"), "ppo")
     assert migration.recipe["checkpointing"]["resume"] == resume
+
+
+def test_the_critic_learning_rate_is_written_as_a_person_would(tmp_path: Path) -> None:
+    """1e-6 x 10 is 9.999999999999999e-06 in floats; the migrated recipe says 1e-05."""
+    migration = migrate(flat_file(tmp_path, "learning_rate: 1.0e-6\n"), "ppo")
+    assert migration.recipe["ppo"]["critic_learning_rate"] == 1e-05
+    assert "9.99999" not in yaml.safe_dump(migration.recipe)
+
+
+def test_a_chat_template_string_says_where_a_template_goes(tmp_path: Path) -> None:
+    migration = migrate(flat_file(tmp_path, 'chat_template: "{{ messages }}"\n'), "ppo")
+    note = {row.source: row.note for row in migration.warnings}["chat_template"]
+    assert "tokenizer_config.json" in note and "data.chat_template" in note
+
+
+def test_the_header_counts_one_setting_in_the_singular(tmp_path: Path) -> None:
+    output = tmp_path / "out.yaml"
+    source = flat_file(tmp_path, "push_to_hub: true\n")
+    assert main(["migrate", str(source), "--to", "ppo", "-o", str(output)]) == 0
+    header = output.read_text().splitlines()[1]
+    assert [row.source for row in migrate(source, "ppo").warnings] == ["push_to_hub"]
+    assert header.startswith("# 1 source setting had no PPO counterpart")

@@ -409,7 +409,8 @@ def complete_migration(recipe: dict[str, Any], section: dict[str, Any]) -> list[
         {k: copy.deepcopy(v) for k, v in recipe.items() if k in Recipe.model_fields}
     )
     section["value_model"] = "reward_model" if has_reward_model else "policy"
-    section["critic_learning_rate"] = float(shared.training.learning_rate) * CRITIC_LR_FACTOR
+    # Rounded to the digits a person writes: 1e-6 x 10 is 9.999999999999999e-06 in binary floats.
+    section["critic_learning_rate"] = float(f"{shared.training.learning_rate * CRITIC_LR_FACTOR:.6g}")
     per_update = shared.training.per_device_batch_size * shared.training.gradient_accumulation_steps
     updates = steps_for_budget(shared, per_update)
     section["critic_warmup_steps"] = min(CRITIC_WARMUP_MAX, math.floor(updates * CRITIC_WARMUP_SHARE))
