@@ -233,17 +233,10 @@ def import_saving(flat: dict[str, Any], out: Migration) -> None:
                 strategy,
                 f"{why}: llm_rl checkpoints every checkpointing.every (default 100,000 samples)",
             )
-    if "save_steps" not in flat:
-        return
-    value = flat["save_steps"]
-    if strategy != "steps":
-        out.warn("save_steps", value, f"not used by the source (save_strategy {strategy!r}): not carried")
-    elif isinstance(value, int) and value >= 1:
-        put(out.recipe, "checkpointing.every", value)
+    if "save_steps" in flat and import_cadence(flat, "save_steps", "save_strategy", strategy, out):
+        put(out.recipe, "checkpointing.every", flat["save_steps"])
         put(out.recipe, "checkpointing.unit", "steps")
-        out.keep("save_steps", value, "checkpointing.every", "unit: steps")
-    else:
-        out.warn("save_steps", value, "a fraction of the run: set checkpointing.every in samples or steps")
+        out.keep("save_steps", flat["save_steps"], "checkpointing.every", "unit: steps")
 
 
 def import_resume(flat: dict[str, Any], out: Migration) -> None:
@@ -251,12 +244,13 @@ def import_resume(flat: dict[str, Any], out: Migration) -> None:
     if "resume_from_checkpoint" not in flat:
         return
     value = flat["resume_from_checkpoint"]
-    resume = (
-        {True: "auto", False: "never", None: "never"}.get(value, value)
-        if not isinstance(value, str)
-        else value
-    )
-    if not isinstance(resume, str):
+    if isinstance(value, str):
+        resume = value
+    elif value is True:
+        resume = "auto"
+    elif value is False or value is None:
+        resume = "never"
+    else:
         out.warn("resume_from_checkpoint", value, "neither a path nor true/false: not carried")
         return
     put(out.recipe, "checkpointing.resume", resume)
@@ -275,13 +269,19 @@ def import_evaluation(flat: dict[str, Any], out: Migration) -> None:
             out.keep(key, strategy, "evaluation.every", "never: the source did not evaluate")
         else:
             out.warn(key, strategy, "evaluation.every counts updates, not epochs: not carried")
-    if "eval_steps" not in flat:
-        return
-    value = flat["eval_steps"]
+    if "eval_steps" in flat and import_cadence(flat, "eval_steps", key, strategy, out):
+        put(out.recipe, "evaluation.every", flat["eval_steps"])
+        out.keep("eval_steps", flat["eval_steps"], "evaluation.every")
+
+
+def import_cadence(flat: dict[str, Any], key: str, strategy_key: str, strategy: str, out: Migration) -> bool:
+    """Whether `save_steps` or `eval_steps` carries over: a whole number of updates under the `steps`
+    strategy; otherwise a warning row says why not."""
+    value = flat[key]
     if strategy != "steps":
-        out.warn("eval_steps", value, f"not used by the source ({key} {strategy!r}): not carried")
-    elif isinstance(value, int) and value >= 1:
-        put(out.recipe, "evaluation.every", value)
-        out.keep("eval_steps", value, "evaluation.every")
-    else:
-        out.warn("eval_steps", value, "a fraction of the run: set evaluation.every in updates")
+        out.warn(key, value, f"not used by the source ({strategy_key} {strategy!r}): not carried")
+        return False
+    if not (isinstance(value, int) and value >= 1):
+        out.warn(key, value, "a fraction of the run: not carried; give a number of updates")
+        return False
+    return True
