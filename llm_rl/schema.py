@@ -68,13 +68,35 @@ class ArithmeticTaskSection(Section):
     num_eval: int = Field(200, ge=0)
 
 
+class DataSourceEntry(Section):
+    """One dataset of a mixture (`data.sources`), as TRL's `datasets:` list names one."""
+
+    # Read as `data.source` is: a local file or folder, a hub id, or "builtin:<task>".
+    source: str
+    split: str = "train"
+    # A hub dataset's configuration (the `name` of `datasets.load_dataset`).
+    config: str | None = None
+    # Columns kept from this dataset before the mixture is joined; None keeps all.
+    columns: list[str] | None = None
+    # This dataset's share of the mixture (TRL's `fraction`), normalised over the sources and capped so
+    # that no dataset is repeated; set it on every source or on none. None: every row of every source.
+    weight: float | None = Field(None, gt=0)
+
+
 class DataSection(Section):
     # A local jsonl/json/parquet/csv file, a save_to_disk folder, a hub id, or "builtin:<task>".
     source: str = "builtin:arithmetic"
     split: str = "train"
+    # A hub dataset's configuration (the `name` of `datasets.load_dataset`).
+    config: str | None = None
+    # Several datasets joined into one train set, instead of source/split/config (TRL's `datasets:`).
+    sources: list[DataSourceEntry] | None = None
     # A split of the same source for held-out prompts: none by default for files and folders, the task's
     # own "eval" split by default for builtin tasks.
     eval_split: str | None = None
+    # Held-out prompts taken from the train set instead (seeded by run.seed): a fraction below 1 or a
+    # number of rows (TRL's `test_split_size`).
+    eval_size: float | int | None = Field(None, gt=0)
     prompt_column: str = "prompt"
     # Extra columns passed to the reward functions as keyword arguments; None: all of them.
     columns: list[str] | None = None
@@ -88,6 +110,16 @@ class DataSection(Section):
     # Keep at most this many rows (after shuffling with the run seed); None keeps all.
     limit: int | None = Field(None, gt=0)
     arithmetic: ArithmeticTaskSection = Field(default_factory=ArithmeticTaskSection)
+
+    @property
+    def names(self) -> list[str]:
+        """The sources read: `source`, or each of `sources`."""
+        return [entry.source for entry in self.sources] if self.sources else [self.source]
+
+    @property
+    def label(self) -> str:
+        """The data as errors and logs name it: the source, or the mixture's sources joined by '+'."""
+        return " + ".join(self.names)
 
 
 class RewardEntry(BaseModel):
@@ -383,7 +415,7 @@ class Recipe(Section):
         if self.run.name:
             return self.run.name
         # builtin:arithmetic -> arithmetic; ../data/gsm8k or openai/gsm8k -> gsm8k; data/math.jsonl -> math.
-        task = Path(self.data.source.split(":", 1)[-1].rstrip("/")).stem
+        task = Path(self.data.names[0].split(":", 1)[-1].rstrip("/")).stem
         return f"{self.algorithm}-{task}"
 
 

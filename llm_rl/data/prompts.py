@@ -1,4 +1,5 @@
-"""Prompt datasets shared by both algorithms: load, map columns, format prompts, filter by length, tokenize.
+"""Prompt datasets shared by both algorithms: load (`llm_rl.data.sources`), map columns, format prompts,
+filter by length, tokenize.
 
 Every source ends as a `datasets.Dataset` with a `prompt` column (a string, or a list of chat messages
 when the tokenizer has a chat template) and the columns the reward functions receive. GRPO takes that
@@ -8,25 +9,18 @@ TRL's GRPOTrainer does so that both algorithms see the same prompt tokens.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from llm_rl.data.tasks import build_task
-from llm_rl.errors import DataError, first_line
+from llm_rl.data.sources import read_train_and_eval, require_column
+from llm_rl.errors import DataError
 from llm_rl.schema import DataSection
 
-# File extension -> the `datasets` builder that reads it.
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-BUILTIN_PREFIX = "builtin:"
 # The integer column PPO carries through TRL's collator to find a sample's row (DESIGN.md).
 ROW_INDEX = "row_index"
-# What `datasets` says of a file that parses but holds no rows (a header-only csv, `[]`, an empty parquet).
-NO_DATA = "corresponds to no data"
 
 
 @dataclass
@@ -43,144 +37,14 @@ class PromptData:
 
 def load_prompt_data(data: DataSection, tokenizer: PreTrainedTokenizerBase, seed: int) -> PromptData:
     """Load the recipe's dataset and prepare its train (and eval) split for both algorithms."""
-    splits = read_splits(data, seed)
-    train_raw = pick_split(splits, data.split, data.source, key="data.split")
-    eval_name = data.eval_split or ("eval" if data.source.startswith(BUILTIN_PREFIX) else None)
-    eval_raw = None
-    if eval_name is not None and (data.eval_split is not None or eval_name in splits):
-        eval_raw = pick_split(splits, eval_name, data.source, key="data.eval_split")
-    train, dropped = prepare_split(train_raw, data, tokenizer, seed, where=f"{data.source} [{data.split}]")
+    raw = read_train_and_eval(data, seed)
+    train, dropped = prepare_split(raw.train, data, tokenizer, seed, where=raw.train_where)
     evaluation = None
-    if eval_raw is not None:
-        evaluation, eval_dropped = prepare_split(
-            eval_raw, data, tokenizer, seed, where=f"{data.source} [{eval_name}]"
-        )
+    if raw.eval is not None:
+        evaluation, eval_dropped = prepare_split(raw.eval, data, tokenizer, seed, where=raw.eval_where)
         dropped += eval_dropped
     reward_columns = [name for name in train.column_names if name != "prompt"]
     return PromptData(train, evaluation, dropped, reward_columns)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Sources
-# ----------------------------------------------------------------------------------------------------
-
-
-def read_splits(data: DataSection, seed: int) -> dict[str, Dataset]:
-    """The splits of the recipe's source, by name."""
-    source = data.source
-    if source.startswith(BUILTIN_PREFIX):
-        return build_task(source[len(BUILTIN_PREFIX) :], data, seed)
-    path = Path(source).expanduser()
-    if path.is_file():
-        return {"train": read_file(path)}
-    if path.is_dir():
-        return read_folder(path)
-    if looks_like_path(source):
-        raise DataError("dataset file or folder not found", where=source)
-    return read_hub(source)
-
-
-def looks_like_path(source: str) -> bool:
-    """A source meant as a local path (a hub id is `name` or `org/name`, with no data-file extension)."""
-    return (
-        source.startswith(("/", ".", "~"))
-        or source.count("/") > 1
-        or Path(source).suffix.lower() in FILE_BUILDERS
-    )
-
-
-def read_file(path: Path) -> Dataset:
-    """One jsonl, json, parquet or csv file as a dataset."""
-    builder = FILE_BUILDERS.get(path.suffix.lower())
-    if builder is None:
-        known = ", ".join(FILE_BUILDERS)
-        raise DataError(f"unsupported file type {path.suffix!r}; use one of {known}", where=str(path))
-    try:
-        return load_dataset(builder, data_files=str(path), split="train")
-    except Exception as err:
-        raise DataError(describe_unreadable(path, err), where=str(path)) from None
-
-
-def describe_unreadable(path: Path, err: Exception) -> str:
-    """Why a file did not load: for JSON Lines, the first line that is not a JSON object."""
-    if path.suffix.lower() == ".jsonl":
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as decode_error:
-                    return f"line {number} is not valid JSON ({decode_error.msg})"
-                if not isinstance(row, dict):
-                    return f"line {number} is not a JSON object"
-    if is_blank(path) or NO_DATA in str(err):
-        return "the dataset has no rows"
-    return f"could not read the file: {type(err).__name__}: {first_line(err)}"
-
-
-def is_blank(path: Path) -> bool:
-    """A file with nothing but whitespace (`datasets` fails on one with an opaque StopIteration)."""
-    size = path.stat().st_size
-    return size == 0 or (size < 1 << 20 and not path.read_bytes().strip())
-
-
-def read_folder(path: Path) -> dict[str, Dataset]:
-    """A `save_to_disk` folder, or a folder of data files whose names give the splits (train.jsonl, ...)."""
-    if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-        return read_saved(path)
-    files = sorted(file for file in path.iterdir() if file.suffix.lower() in FILE_BUILDERS)
-    if not files:
-        raise DataError(
-            "folder holds no save_to_disk dataset and no jsonl/json/parquet/csv file", where=str(path)
-        )
-    return {file.stem: read_file(file) for file in files}
-
-
-def read_saved(path: Path) -> dict[str, Dataset]:
-    """A `save_to_disk` folder: a Dataset (the `train` split) or a DatasetDict."""
-    try:
-        loaded = load_from_disk(str(path))
-    except Exception as err:
-        empty = saved_splits_without_rows(path)
-        if empty:
-            # `datasets` saves a split with no rows as zero shards, then fails to load it (IndexError).
-            message = f"the dataset has no rows (empty: {', '.join(empty)})"
-        else:
-            message = f"could not load the save_to_disk folder: {type(err).__name__}: {first_line(err)}"
-        raise DataError(message, where=str(path)) from None
-    return dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}
-
-
-def saved_splits_without_rows(path: Path) -> list[str]:
-    """The splits of a `save_to_disk` folder saved with no data files ("train" for a plain Dataset)."""
-    states = {"train": path / "state.json", **{s.parent.name: s for s in sorted(path.glob("*/state.json"))}}
-    empty = []
-    for split, state in states.items():
-        try:
-            files = json.loads(state.read_text(encoding="utf-8")).get("_data_files")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if files == []:
-            empty.append(split)
-    return empty
-
-
-def read_hub(name: str) -> dict[str, Dataset]:
-    """A dataset from the hub (or the local hub cache when offline)."""
-    try:
-        return dict(load_dataset(name))
-    except Exception as err:
-        message = f"not a local file or folder, and not loadable as a hub dataset: {first_line(err)}"
-        raise DataError(message, where=name) from None
-
-
-def pick_split(splits: dict[str, Dataset], name: str, source: str, key: str) -> Dataset:
-    """One split by name; a missing one names those that exist."""
-    if name not in splits:
-        known = ", ".join(sorted(splits))
-        raise DataError(f"{key}: no split {name!r}; the source has: {known}", where=source)
-    return splits[name]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -229,13 +93,6 @@ def select_columns(dataset: Dataset, data: DataSection, where: str) -> Dataset:
     for name in data.columns:
         require_column(dataset, name, "data.columns", where)
     return dataset.select_columns(["prompt", *[name for name in data.columns if name != "prompt"]])
-
-
-def require_column(dataset: Dataset, name: str, key: str, where: str) -> None:
-    """A DataError naming the missing column and the columns that exist."""
-    if name not in dataset.column_names:
-        existing = ", ".join(dataset.column_names)
-        raise DataError(f"{key}: no column {name!r}; the dataset has: {existing}", where=where)
 
 
 def check_prompts(prompts: list[Any], where: str) -> None:

@@ -34,8 +34,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def resolve_model_path(name: str, needs_config: bool = True) -> str:
-    """A folder for builtin and local models (a tokenizer's folder needs no config.json); a hub id unchanged."""
+def resolve_model_path(name: str, needs_config: bool = True, key: str = "model.policy") -> str:
+    """A folder for builtin and local models (a tokenizer's folder needs no config.json); a hub id unchanged.
+    Errors name `key`, the recipe key that gave `name`."""
     if name.startswith(BUILTIN_PREFIX):
         return str(builtin_model_path(name[len(BUILTIN_PREFIX) :]))
     path = Path(name).expanduser()
@@ -43,12 +44,12 @@ def resolve_model_path(name: str, needs_config: bool = True) -> str:
         if needs_config and is_adapter_folder(path):
             return str(merged_adapter_path(path))
         if needs_config and not (path / "config.json").is_file():
-            raise ModelError("folder has no config.json: not a save_pretrained model", where=name)
+            raise ModelError(f"{key}: folder has no config.json: not a save_pretrained model", where=name)
         return str(path)
     if path.exists():
-        raise ModelError("is a file; a model is a save_pretrained folder", where=name)
+        raise ModelError(f"{key}: is a file; a model is a save_pretrained folder", where=name)
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:
-        raise ModelError("model folder not found", where=name)
+        raise ModelError(f"{key}: model folder not found", where=name)
     return name
 
 
@@ -100,11 +101,12 @@ def builtin_model_path(name: str) -> Path:
 def load_tokenizer(model: ModelSection) -> PreTrainedTokenizerBase:
     """The tokenizer the recipe names (`model.tokenizer`, else the policy's), as its folder has it."""
     name = model.tokenizer or model.policy
-    path = resolve_model_path(name, needs_config=model.tokenizer is None)
+    key = "model.tokenizer" if model.tokenizer else "model.policy"
+    path = resolve_model_path(name, needs_config=model.tokenizer is None, key=key)
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
     except Exception as err:
-        raise ModelError(f"tokenizer does not load: {first_line(err)}", where=name) from None
+        raise ModelError(f"{key}: tokenizer does not load: {first_line(err)}", where=name) from None
 
 
 def training_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
@@ -137,7 +139,20 @@ def load_causal_lm(model: ModelSection, name: str, precision: str) -> PreTrained
             attn_implementation=model.attn_implementation,
         )
     except Exception as err:
-        raise ModelError(f"model does not load: {first_line(err)}", where=name) from None
+        if model.attn_implementation and is_about_attention(err):
+            raise ModelError(
+                f"model.attn_implementation: {model.attn_implementation!r} does not run here: "
+                f"{first_line(err)} Use 'sdpa' (PyTorch's attention, what transformers picks when the key is "
+                "unset) or 'eager'.",
+                where=name,
+            ) from None
+        raise ModelError(f"model.policy: model does not load: {first_line(err)}", where=name) from None
+
+
+def is_about_attention(err: Exception) -> bool:
+    """Whether transformers refused the attention implementation (unknown, or its package missing)."""
+    text = str(err).lower()
+    return "attn_implementation" in text or "flashattention" in text or "flash_attn" in text
 
 
 def model_dtype(dtype: str, precision: str) -> torch.dtype | str:

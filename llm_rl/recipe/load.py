@@ -11,17 +11,19 @@ import contextlib
 import copy
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from transformers.utils import is_liger_kernel_available
+from trl.import_utils import is_vllm_available
 
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError, did_you_mean
 from llm_rl.run_folder import stage_folder
-from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
+from llm_rl.schema import SHARED_TRL_FIELDS, DataSection, Recipe
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -46,7 +48,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     raw = read_recipe_file(Path(path)) if path is not None else {}
     for override in overrides or []:
         apply_override(raw, override, where)
-    return validate_recipe(raw, where)
+    recipe = validate_recipe(raw, where)
+    # On this machine, not in `llm-rl migrate`: a converted file may run elsewhere.
+    check_packages_installed(recipe.algorithm, recipe.section(recipe.algorithm), where)
+    return recipe
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -224,6 +229,23 @@ def check_algorithm_sections(recipe: Recipe, where: str) -> None:
             algorithm.check_section(section, recipe)
 
 
+# Trainer fields that switch on an optional package -> (the package to install, whether it is installed).
+OPTIONAL_PACKAGES: dict[str, tuple[str, Callable[[], bool]]] = {
+    "use_liger_kernel": ("liger-kernel", is_liger_kernel_available),
+    "use_vllm": ("vllm", is_vllm_available),
+}
+
+
+def check_packages_installed(name: str, section: dict[str, Any], where: str) -> None:
+    """A switch the run's trainer would act on at start-up, refused now if its package is missing."""
+    for key, (package, installed) in OPTIONAL_PACKAGES.items():
+        if section.get(key) and not installed():
+            raise RecipeError(
+                f"{name}.{key}: {package} is not installed here; install it or set {name}.{key}: false",
+                where=where,
+            )
+
+
 @contextlib.contextmanager
 def naming(where: str) -> Iterator[None]:
     """Adds the file to a `RecipeError` raised without one."""
@@ -266,6 +288,7 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
             "evaluation.every is not set, so it is never measured",
             where=where,
         )
+    check_data(recipe.data, where)
     resume = recipe.checkpointing.resume
     if resume not in ("auto", "never") and not Path(resume).exists():
         raise RecipeError(
@@ -282,6 +305,44 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
     if duplicates:
         raise RecipeError(
             f"rewards: {sorted(duplicates)[0]!r} appears twice; give one of them an alias",
+            where=where,
+        )
+
+
+def check_data(data: DataSection, where: str) -> None:
+    """One way of naming the train data and one of naming the held-out prompts."""
+    if data.sources is not None:
+        if not data.sources:
+            raise RecipeError("data.sources: give at least one dataset, or use data.source", where=where)
+        both = sorted({"source", "split", "config"} & data.model_fields_set)
+        if both:
+            raise RecipeError(
+                f"data.sources and data.{both[0]} both set: a mixture names each dataset's source, split "
+                "and config in its own entry",
+                where=where,
+            )
+        weighted = [entry.weight is not None for entry in data.sources]
+        if any(weighted) and not all(weighted):
+            unweighted = weighted.index(False)
+            raise RecipeError(
+                f"data.sources[{unweighted}].weight: set a weight on every source or on none",
+                where=where,
+            )
+        if data.eval_split is not None:
+            raise RecipeError(
+                "data.eval_split names a split of data.source; for a mixture hold prompts out with "
+                "data.eval_size",
+                where=where,
+            )
+    if data.eval_split is not None and data.eval_size is not None:
+        raise RecipeError(
+            "data.eval_split and data.eval_size both set: take held-out prompts from a split or from "
+            "the train set, not both",
+            where=where,
+        )
+    if isinstance(data.eval_size, float) and data.eval_size >= 1:
+        raise RecipeError(
+            f"data.eval_size: {data.eval_size} is neither a fraction below 1 nor a whole number of rows",
             where=where,
         )
 

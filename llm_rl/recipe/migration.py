@@ -129,7 +129,12 @@ def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration
     if target not in ALGORITHMS:
         raise RecipeError(f"--to: input should be {known_names()}, got {target!r}")
     raw, flat = read_source(path)
-    imported = import_flat(raw) if flat else None
+    imported = None
+    if flat:
+        try:
+            imported = import_flat(raw)
+        except RecipeError as err:
+            raise RecipeError(str(err), where=str(path)) from None
     source = imported.recipe if imported else raw
     validate_recipe(copy.deepcopy(source), where=f"{path} (imported)" if flat else str(path))
     source_algorithm = source.get("algorithm", Recipe.model_fields["algorithm"].default)

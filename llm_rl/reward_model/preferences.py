@@ -24,7 +24,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from llm_rl.data.prompts import read_splits
+from llm_rl.data.sources import read_splits
 from llm_rl.data.tasks import format_answer, format_prompt
 from llm_rl.errors import DataError, unknown_builtin
 from llm_rl.schema import DataSection, Section
@@ -121,7 +121,7 @@ def read_preference_splits(data: PreferenceDataSection, seed: int) -> dict[str, 
         if builder is None:
             raise DataError(unknown_builtin("preference set", name, BUILTIN_PREFERENCES), where=data.source)
         return builder(data, seed)
-    return read_splits(DataSection(source=data.source), seed)
+    return read_splits(data.source, seed, DataSection())
 
 
 def to_trl_columns(dataset: Dataset, data: PreferenceDataSection, split: str) -> Dataset:

@@ -150,9 +150,9 @@ def recipe_models(recipe: Recipe) -> tuple[list[ModelShape], list[ModelShape]]:
         trainable.append(model_shape("critic", critic_path, causal_lm=False, trust_remote_code=remote))
     if algorithm.needs_reference(recipe) and not lora:
         frozen.append(renamed(policy, "reference"))
-    for reward in recipe.rewards:
+    for index, reward in enumerate(recipe.rewards):
         if reward.name == "reward_model":
-            path = resolve_model_path(str(reward.kwargs["path"]))
+            path = resolve_model_path(str(reward.kwargs["path"]), key=f"rewards[{index}].path")
             frozen.append(model_shape("reward model", path, causal_lm=False, trust_remote_code=remote))
     return trainable, frozen
 

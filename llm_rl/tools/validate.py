@@ -9,6 +9,7 @@ from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.recipe.load import stage_recipes
 from llm_rl.schema import Recipe
 from llm_rl.training.args import save_every_steps, steps_for_budget
+from llm_rl.training.evaluation import held_out_reward
 
 
 def reward_columns_of(row: dict[str, Any]) -> dict[str, list[Any]]:
@@ -42,14 +43,18 @@ def describe_run(recipe: Recipe) -> str:
     per_step = algorithm.samples_per_step(recipe)
     steps = steps_for_budget(recipe, per_step)
     data = components.data
+    evaluation = held_out_reward(components)  # refuses evaluation.every without eval prompts
     parameters = sum(p.numel() for p in components.policy.parameters())
     lines = [
         f"recipe OK: {recipe.algorithm.upper()} run {recipe.run_name!r} -> {recipe.output_dir}",
         f"model     {recipe.model.policy} ({parameters:,} parameters) from {components.policy_path}",
-        f"data      {recipe.data.source}: {len(data.train)} training prompts"
+        f"data      {recipe.data.label}: {len(data.train)} training prompts"
         + (f", {len(data.eval)} eval prompts" if data.eval is not None else "")
         + (f", {data.dropped_too_long} dropped as too long" if data.dropped_too_long else ""),
         f"columns   to rewards: {', '.join(data.reward_columns) or '(none)'}",
+        f"eval      every {recipe.evaluation.every} updates on {len(data.eval)} held-out prompts"
+        if evaluation is not None and data.eval is not None
+        else "eval      none (evaluation.every is not set)",
         f"budget    {steps} updates x {per_step} samples = {steps * per_step} samples",
         f"saving    every {save_every_steps(recipe, per_step)} updates "
         f"({recipe.checkpointing.every} {recipe.checkpointing.unit}), keep last {recipe.checkpointing.keep_last}",

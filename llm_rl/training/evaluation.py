@@ -132,8 +132,9 @@ def held_out_reward(components: Any) -> HeldOutReward | None:
         return None
     if data.eval is None or len(data.eval) == 0:
         raise DataError(
-            "evaluation.every is set but the data has no eval prompts (set data.eval_split or data.num_eval)",
-            where=recipe.data.source,
+            "evaluation.every is set but the data has no eval prompts: name a split with data.eval_split, "
+            "hold rows out with data.eval_size, or set data.arithmetic.num_eval for the built-in task",
+            where=recipe.data.label,
         )
     stop_token_ids = eos_token_ids(components.tokenizer, components.policy.generation_config)
     return HeldOutReward(recipe, data.eval, components.tokenizer, components.rewards, stop_token_ids)

@@ -145,7 +145,9 @@ def test_gsm8k_length_filter_drops_and_counts_never_truncates(tokenizer, gsm8k_d
 
 def test_missing_file_or_folder(tokenizer, tmp_path: Path) -> None:
     for source in [str(tmp_path / "absent.jsonl"), str(tmp_path / "absent"), "./absent", "data/absent.csv"]:
-        assert data_error(tokenizer, source=source) == f"{source}: dataset file or folder not found"
+        assert (
+            data_error(tokenizer, source=source) == f"{source}: data.source: dataset file or folder not found"
+        )
 
 
 def test_unsupported_file_type(tokenizer, tmp_path: Path) -> None:
@@ -164,7 +166,9 @@ def test_folder_without_data(tokenizer, tmp_path: Path) -> None:
 def test_hub_id_that_does_not_load_offline(tokenizer) -> None:
     # conftest sets HF_HUB_OFFLINE=1: a hub id not in the local cache fails at once, without the network.
     message = data_error(tokenizer, source="no-such-org/no-such-dataset")
-    assert message.startswith("no-such-org/no-such-dataset: not a local file or folder, and not loadable")
+    assert message.startswith(
+        "no-such-org/no-such-dataset: data.source: not a local file or folder, and not loadable"
+    )
 
 
 def test_malformed_jsonl_line_is_named(tokenizer, tmp_path: Path) -> None:

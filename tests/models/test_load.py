@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
+from transformers.utils import is_flash_attn_2_available
 
 from llm_rl.errors import ModelError, UserInputError
 from llm_rl.models.load import (
@@ -44,19 +45,19 @@ def test_unknown_builtin_model_suggests_the_close_one() -> None:
 
 def test_missing_model_folder(tmp_path: Path) -> None:
     for name in [str(tmp_path / "absent"), "./absent", "~/absent-llm-rl-model", "a/b/c"]:
-        assert model_error(name) == f"{name}: model folder not found"
+        assert model_error(name) == f"{name}: model.policy: model folder not found"
 
 
 def test_folder_without_config(tmp_path: Path) -> None:
     (tmp_path / "weights.bin").write_bytes(b"")
     message = model_error(str(tmp_path))
-    assert message == f"{tmp_path}: folder has no config.json: not a save_pretrained model"
+    assert message == f"{tmp_path}: model.policy: folder has no config.json: not a save_pretrained model"
 
 
 def test_a_file_is_not_a_model(tmp_path: Path) -> None:
     path = tmp_path / "model.safetensors"
     path.write_bytes(b"")
-    assert model_error(str(path)) == f"{path}: is a file; a model is a save_pretrained folder"
+    assert model_error(str(path)) == f"{path}: model.policy: is a file; a model is a save_pretrained folder"
 
 
 def test_hub_ids_pass_through() -> None:
@@ -104,7 +105,7 @@ def test_load_tokenizer_error_is_a_model_error(tmp_path: Path, tiny_path: Path) 
     shutil.copy(tiny_path / "config.json", tmp_path / "config.json")
     with pytest.raises(ModelError) as caught:
         load_tokenizer(ModelSection(policy=str(tmp_path)))
-    assert str(caught.value).startswith(f"{tmp_path}: tokenizer does not load: ")
+    assert str(caught.value).startswith(f"{tmp_path}: model.policy: tokenizer does not load: ")
 
 
 def test_load_policy_on_cpu_is_float32(tiny_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_load_policy_error_is_a_model_error(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ModelError) as caught:
         load_policy(ModelSection(policy=str(tmp_path)), precision="fp32")
-    assert str(caught.value).startswith(f"{tmp_path}: model does not load: ")
+    assert str(caught.value).startswith(f"{tmp_path}: model.policy: model does not load: ")
 
 
 def test_model_dtype() -> None:
@@ -126,3 +127,35 @@ def test_model_dtype() -> None:
     assert model_dtype("auto", "fp32") is torch.float32
     expected = "auto" if torch.cuda.is_available() else torch.float32
     assert model_dtype("auto", "bf16") == expected
+
+
+def test_a_tokenizer_of_its_own_is_named_by_its_key(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as caught:
+        load_tokenizer(ModelSection(tokenizer=str(tmp_path / "absent")))
+    assert str(caught.value) == f"{tmp_path / 'absent'}: model.tokenizer: model folder not found"
+
+
+def test_a_hub_model_offline_names_model_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError) as caught:
+        load_tokenizer(ModelSection(policy="some-org/no-such-model-llm-rl"))
+    assert str(caught.value).startswith(
+        "some-org/no-such-model-llm-rl: model.policy: tokenizer does not load: "
+    )
+
+
+@pytest.mark.skipif(is_flash_attn_2_available(), reason="flash-attn is installed here")
+def test_flash_attention_without_its_package_names_the_key_and_the_way_out() -> None:
+    with pytest.raises(ModelError) as caught:
+        load_policy(ModelSection(attn_implementation="flash_attention_2"), precision="fp32")
+    message = str(caught.value)
+    assert message.startswith(
+        "builtin:tiny-arithmetic: model.attn_implementation: 'flash_attention_2' does not run here"
+    )
+    assert "Use 'sdpa'" in message
+
+
+def test_an_unknown_attention_implementation_names_the_key() -> None:
+    with pytest.raises(ModelError) as caught:
+        load_policy(ModelSection(attn_implementation="fastest"), precision="fp32")
+    assert "model.attn_implementation: 'fastest' does not run here" in str(caught.value)

@@ -71,6 +71,27 @@ BAD_RECIPES = [
         {"checkpointing": {"resume": "/no/such/checkpoint"}},
         "checkpointing.resume: '/no/such/checkpoint' is neither",
     ),
+    ({"data": {"sources": []}}, "data.sources: give at least one dataset, or use data.source"),
+    (
+        {"data": {"source": "a.jsonl", "sources": [{"source": "b.jsonl"}]}},
+        "data.sources and data.source both set",
+    ),
+    (
+        {"data": {"sources": [{"source": "a.jsonl", "weight": 0.5}, {"source": "b.jsonl"}]}},
+        "data.sources[1].weight: set a weight on every source or on none",
+    ),
+    (
+        {"data": {"sources": [{"source": "a.jsonl"}], "eval_split": "test"}},
+        "for a mixture hold prompts out with data.eval_size",
+    ),
+    ({"data": {"eval_split": "test", "eval_size": 10}}, "data.eval_split and data.eval_size both set"),
+    ({"data": {"eval_size": 1.5}}, "data.eval_size: 1.5 is neither a fraction below 1"),
+    ({"data": {"sources": [{"split": "train"}]}}, "data.sources[0].source: field required"),
+    (
+        {"algorithm": "ppo", "ppo": {"use_liger_kernel": True}},
+        "ppo.use_liger_kernel: liger-kernel is not installed here; install it or set ppo.use_liger_kernel: false",
+    ),
+    ({"grpo": {"use_vllm": True}}, "grpo.use_vllm: vllm is not installed here"),
 ]
 
 

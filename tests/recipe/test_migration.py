@@ -146,7 +146,8 @@ def sources_of(migration) -> set[str]:
 def accounted_keys(path: Path) -> set[str]:
     """What a flat file's rows must cover: every top-level key, each reward function by name."""
     raw = yaml.safe_load(path.read_text())
-    keys = {key for key in raw if key != "reward_funcs"}
+    keys = {key for key in raw if key not in ("reward_funcs", "datasets")}
+    keys |= {f"datasets[{index}]" for index in range(len(raw.get("datasets", [])))}
     return keys | {f"reward_funcs: {name}" for name in raw.get("reward_funcs", [])}
 
 
@@ -234,7 +235,8 @@ def test_flat_yaml_renamed_and_unknown_keys_get_a_clear_word(tmp_path: Path) -> 
     warned = {row.source: row.note for row in migration.warnings}
     assert "renamed in TRL" in warned["vllm_max_model_len"]
     assert "not a field of TRL" in warned["some_key_from_a_fork"]
-    assert "default configuration" in warned["dataset_config"]
+    assert "dataset_config" not in warned
+    assert recipe["data"]["config"] == "main"
 
 
 def test_a_migrated_flat_yaml_validates_and_trains(tmp_path: Path) -> None:
@@ -339,7 +341,7 @@ def test_the_same_algorithm_copies_the_recipe(tmp_path: Path) -> None:
     [
         (
             "reward_funcs: [accuracy]\nreward_weights: [1.0, 2.0]\n",
-            "reward_weights has 2 weights for 1 reward",
+            "bad.yaml: reward_weights: 2 weights for 1 reward",
         ),
         ("learning_rate: fast\n", "training.learning_rate"),
         ("training: {max_stepz: 3}\n", "training.max_stepz: unknown key"),
@@ -522,3 +524,144 @@ def test_the_header_counts_one_setting_in_the_singular(tmp_path: Path) -> None:
     header = output.read_text().splitlines()[1]
     assert [row.source for row in migrate(source, "ppo").warnings] == ["push_to_hub"]
     assert header.startswith("# 1 source setting had no PPO counterpart")
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataset mixtures (issue 20, defect 1): a file that names data never trains on the toy task
+# --------------------------------------------------------------------------------------------------
+
+TRL_MIXTURE = """
+model_name_or_path: Qwen/Qwen2.5-0.5B
+datasets:
+  - path: HuggingFaceH4/Polaris-Dataset-53K
+    fraction: 0.7
+  - path: trl-lib/DeepMath-103K
+    name: default
+    split: train
+    columns: [prompt, solution]
+    fraction: 0.3
+test_split_size: 0.05
+reward_funcs: [accuracy_reward]
+"""
+
+OPEN_R1_MIXTURE = """
+model_name_or_path: Qwen/Qwen2.5-0.5B
+dataset_mixture:
+  datasets:
+    - id: open-r1/Mixture-of-Thoughts
+      config: math
+      columns: [messages]
+      weight: 0.5
+    - id: open-r1/Mixture-of-Thoughts
+      config: code
+      columns: [messages]
+      weight: 0.5
+  seed: 42
+  test_split_size: 0.1
+reward_funcs: [accuracy]
+"""
+
+
+def test_a_trl_dataset_mixture_becomes_data_sources(tmp_path: Path) -> None:
+    migration = migrate(flat(tmp_path, TRL_MIXTURE), "ppo")
+    data = migration.recipe["data"]
+    assert "source" not in data
+    assert data["sources"] == [
+        {"source": "HuggingFaceH4/Polaris-Dataset-53K", "weight": 0.7},
+        {
+            "source": "trl-lib/DeepMath-103K",
+            "config": "default",
+            "split": "train",
+            "columns": ["prompt", "solution"],
+            "weight": 0.3,
+        },
+    ]
+    assert data["eval_size"] == 0.05
+    rows = {row.source: row for row in migration.rows}
+    assert rows["datasets[0]"].target == "data.sources[0]" and not rows["datasets[0]"].warning
+    assert rows["test_split_size"].target == "data.eval_size"
+    assert not migration.warnings
+    assert load_recipe_dict(migration.recipe).data.label == (
+        "HuggingFaceH4/Polaris-Dataset-53K + trl-lib/DeepMath-103K"
+    )
+
+
+def test_an_open_r1_dataset_mixture_becomes_data_sources(tmp_path: Path) -> None:
+    migration = migrate(flat(tmp_path, OPEN_R1_MIXTURE), "ppo")
+    data = migration.recipe["data"]
+    assert [(s["source"], s["config"], s["weight"]) for s in data["sources"]] == [
+        ("open-r1/Mixture-of-Thoughts", "math", 0.5),
+        ("open-r1/Mixture-of-Thoughts", "code", 0.5),
+    ]
+    assert data["eval_size"] == 0.1
+    warned = {row.source: row.note for row in migration.warnings}
+    # open-r1 keeps that fraction of each dataset; ours is a share of the mixture: said, not hidden.
+    assert "share of the mixture" in warned["dataset_mixture.datasets[0].weight"]
+
+
+def test_the_mixture_wins_over_dataset_name_as_in_trls_script(tmp_path: Path) -> None:
+    source = flat(tmp_path, TRL_MIXTURE + "dataset_name: openai/gsm8k\ndataset_test_split: test\n")
+    migration = migrate(source, "ppo")
+    assert "source" not in migration.recipe["data"] and "eval_split" not in migration.recipe["data"]
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "reads datasets when both are given" in warned["dataset_name"]
+    assert "reads datasets when both are given" in warned["dataset_test_split"]
+
+
+def test_a_json_builder_with_data_files_is_the_local_file(tmp_path: Path) -> None:
+    first, second = prompts(tmp_path / "a.jsonl", 30), prompts(tmp_path / "b.jsonl", 20)
+    source = tmp_path / "mix.yaml"
+    source.write_text(
+        "model_name_or_path: builtin:tiny-arithmetic\nreward_funcs: [accuracy]\n"
+        f"datasets:\n  - {{path: json, data_files: {first}}}\n  - {{path: json, data_files: {second}}}\n"
+        "  - {path: some/hub-set, data_dir: math}\n"
+    )
+    migration = migrate(source, "ppo")
+    assert [entry["source"] for entry in migration.recipe["data"]["sources"]] == [
+        str(first),
+        str(second),
+        "some/hub-set",
+    ]
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "download the folder you need" in warned["datasets[2].data_dir"]
+
+
+def test_a_mixture_with_a_fraction_on_some_datasets_names_it(tmp_path: Path) -> None:
+    source = flat(tmp_path, TRL_MIXTURE.replace("    fraction: 0.7\n", ""))
+    result = run_entry(
+        ["migrate", str(source), "-o", str(tmp_path / "out.yaml")], launcher=[LLM_RL], timeout=120
+    )
+    assert result.returncode == 2
+    assert f"{source}: datasets[0].fraction: set on other datasets of the mixture" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_file_without_data_says_it_will_train_on_the_toy_task(tmp_path: Path) -> None:
+    source = tmp_path / "nodata.yaml"
+    source.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy]\n")
+    warned = {row.source: row.note for row in migrate(source, "ppo").warnings}
+    assert "builtin:arithmetic" in warned["(no dataset)"]
+
+
+def test_a_migrated_mixture_validates_on_its_files_not_the_toy_task(tmp_path: Path) -> None:
+    first, second = prompts(tmp_path / "a.jsonl", 30), prompts(tmp_path / "b.jsonl", 20)
+    source = tmp_path / "mix.yaml"
+    source.write_text(
+        "model_name_or_path: builtin:tiny-arithmetic\nreward_funcs: [accuracy]\ndataset_prompt_column: question\n"
+        f"datasets:\n  - {{path: json, data_files: {first}}}\n  - {{path: json, data_files: {second}}}\n"
+        "test_split_size: 10\n"
+    )
+    target = tmp_path / "ppo.yaml"
+    migrated = run_entry(["migrate", str(source), "-o", str(target)], launcher=[LLM_RL], timeout=120)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    validated = run_entry(["validate", str(target)], launcher=[LLM_RL], timeout=120)
+    assert validated.returncode == 0, validated.stderr[-2000:]
+    assert f"{first} + {second}: 40 training prompts" in validated.stdout
+    assert "arithmetic" not in validated.stdout.split("data")[1].splitlines()[0]
+
+
+def load_recipe_dict(recipe: dict):
+    """A migrated recipe as our schema reads it."""
+    from llm_rl.recipe.load import validate_recipe
+
+    return validate_recipe(recipe, where="migrated")

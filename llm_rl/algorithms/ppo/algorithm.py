@@ -236,7 +236,7 @@ def prepare(components: Components) -> None:
         raise DataError(
             f"{len(components.data.train)} training prompts are fewer than one PPO rollout batch per process "
             f"({local_batch}: training.per_device_batch_size x gradient_accumulation_steps)",
-            where=recipe.data.source,
+            where=recipe.data.label,
         )
     components.prepared = PPOInputs(
         prompts=tokenize_prompts(components.data.train, tokenizer, num_proc=settings.dataset_num_proc),
