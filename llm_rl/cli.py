@@ -112,7 +112,7 @@ def command_migrate(args: argparse.Namespace) -> int:
     """Convert a GRPO recipe (ours or a flat TRL-style YAML) to PPO, or back, and print what became of each key."""
     from llm_rl.recipe.migration import migrate, write_recipe
 
-    migration = migrate(args.recipe, args.to, args.warm_start)
+    migration = migrate(args.recipe, args.to, args.warm_start, args.processes)
     write_recipe(migration, args.recipe, args.output, args.to)
     print(migration.table())
     if migration.warnings:
@@ -226,6 +226,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--warm-start",
         metavar="MODEL_DIR",
         help="start the policy from this folder (e.g. a GRPO run's final/)",
+    )
+    migrate_parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="check the result as a run of N processes (GPUs) would batch it; default: 1",
     )
     migrate_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     migrate_parser.set_defaults(run=command_migrate)

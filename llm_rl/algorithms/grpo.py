@@ -28,9 +28,17 @@ KL_COEFFICIENT = "grpo.beta"
 # TRL's GRPOConfig default group size.
 DEFAULT_GROUP_SIZE = 8
 COUNTERPARTS = {
-    "kl_coefficient": Counterpart("beta", 0.0, "GRPO's beta weighs a KL loss term"),
-    "clip_range": Counterpart("epsilon", 0.2, "the ratio clip of the policy loss"),
-    "epochs": Counterpart("num_iterations", None, "passes over each batch of generations"),
+    "kl_coefficient": Counterpart(
+        "beta", trl_groups.field_default(GRPOConfig, "beta"), "GRPO's beta weighs a KL loss term"
+    ),
+    "clip_range": Counterpart(
+        "epsilon", trl_groups.field_default(GRPOConfig, "epsilon"), "the ratio clip of the policy loss"
+    ),
+    "epochs": Counterpart(
+        "num_iterations",
+        trl_groups.field_default(GRPOConfig, "num_iterations"),
+        "passes over each batch of generations",
+    ),
 }
 
 

@@ -33,10 +33,18 @@ DEFAULT_GROUP_SIZE = 2
 MIGRATED_GROUP_SIZE = 8
 COUNTERPARTS = {
     "kl_coefficient": Counterpart(
-        "beta", 0.05, "RLOO's beta subtracts the sequence's KL to the reference from its reward"
+        "beta",
+        trl_groups.field_default(RLOOConfig, "beta"),
+        "RLOO's beta subtracts the sequence's KL to the reference from its reward",
     ),
-    "clip_range": Counterpart("epsilon", 0.2, "the ratio clip of the policy loss"),
-    "epochs": Counterpart("num_iterations", None, "passes over each batch of generations"),
+    "clip_range": Counterpart(
+        "epsilon", trl_groups.field_default(RLOOConfig, "epsilon"), "the ratio clip of the policy loss"
+    ),
+    "epochs": Counterpart(
+        "num_iterations",
+        trl_groups.field_default(RLOOConfig, "num_iterations"),
+        "passes over each batch of generations",
+    ),
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import TYPE_CHECKING, Any
 
 from llm_rl.errors import RecipeError, did_you_mean
@@ -58,6 +57,14 @@ def config_fields(config_class: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(config_class) if f.init)
 
 
+def field_default(config_class: type, name: str) -> Any:
+    """A TRL config field's default, as the trainer reads it when a recipe leaves the field out."""
+    field = next(f for f in dataclasses.fields(config_class) if f.name == name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def check_fields(name: str, section: dict[str, Any], config_class: type) -> None:
     """Every key of the section is a field of the TRL config."""
     fields = config_fields(config_class)
@@ -83,7 +90,7 @@ def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
         )
     training = recipe.training
     steps_per_generation = section.get("steps_per_generation") or training.gradient_accumulation_steps
-    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    processes = world_size()
     generation_batch = section.get("generation_batch_size") or (
         training.per_device_batch_size * steps_per_generation * processes
     )

@@ -7,10 +7,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trl import GRPOConfig
+
 from llm_rl.algorithms.registry import ALGORITHMS
+from llm_rl.algorithms.trl_groups import field_default
 from llm_rl.errors import RecipeError
-from llm_rl.recipe.accounting import Migration, put
-from llm_rl.schema import SHARED_TRL_FIELDS
+from llm_rl.recipe.accounting import Migration, get, put
+from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
 
 # Script and model arguments of TRL's and open-r1's scripts -> our keys.
 FLAT_KEYS = {
@@ -77,6 +80,11 @@ REMOVED_FROM_TRL = {
     "wandb_log_unique_prompts": ("grpo.log_unique_prompts", "renamed in TRL to log_unique_prompts"),
 }
 
+OLD_VLLM_FIELD = (
+    "a vLLM setting this TRL's GRPOConfig does not have (vLLM now runs through vllm_mode: colocate, or "
+    "server with `trl vllm-serve`): not carried"
+)
+
 # Reward names of TRL's grpo script and open-r1 -> our reward entry (without weight), and a note.
 FLAT_REWARDS: dict[str, tuple[dict[str, Any], str]] = {
     "accuracy": (
@@ -110,6 +118,7 @@ def import_flat(flat: dict[str, Any]) -> Migration:
     import_saving(flat, out)
     import_resume(flat, out)
     import_evaluation(flat, out)
+    import_trl_defaults(flat, out)
     for key, value in flat.items():
         if key in handled:
             continue
@@ -136,6 +145,8 @@ def import_flat(flat: dict[str, Any]) -> Migration:
         elif key in grpo_fields:
             put(out.recipe, f"grpo.{key}", value)
             out.keep(key, value, f"grpo.{key}")
+        elif key.startswith("vllm_"):
+            out.warn(key, value, OLD_VLLM_FIELD)
         else:
             out.warn(key, value, "not a field of TRL's GRPOConfig or of its scripts: not carried")
     return out
@@ -291,6 +302,48 @@ def import_open_r1_dataset(entry: dict[str, Any], where: str, out: Migration) ->
 GENERIC_BUILDERS = {"json", "csv", "parquet"}
 
 
+# GRPOConfig defaults that differ from llm_rl's and change what is learned or what fits in memory: a
+# file that leaves them out ran with TRL's, so the recipe gets TRL's, each with a row.
+CARRIED_TRL_DEFAULTS = ("max_completion_length", "lr_scheduler_type", "gradient_checkpointing")
+# Defaults that differ too, for settings llm_rl owns as part of a run that is safe to leave running
+# (logging every update, checkpoints by samples, keeping the last two, resuming its own folder): the
+# recipe states llm_rl's value, and the row says what TRL would have done.
+OWN_DEFAULTS = {
+    "logging_steps": (
+        "training.logging_steps",
+        "llm_rl logs every update: alerts and early stopping read each row",
+    ),
+    "save_steps": ("checkpointing.every", "llm_rl checkpoints every 100,000 samples"),
+    "save_total_limit": ("checkpointing.keep_last", "TRL keeps every checkpoint; llm_rl the last 2"),
+    "resume_from_checkpoint": (
+        "checkpointing.resume",
+        "llm_rl resumes its own run folder's latest checkpoint",
+    ),
+}
+
+
+def import_trl_defaults(flat: dict[str, Any], out: Migration) -> None:
+    """A row and an explicit value for each GRPOConfig default the file relies on that differs from ours."""
+    ours = Recipe().to_dict()
+    for key in CARRIED_TRL_DEFAULTS:
+        target = FLAT_SHARED[key]
+        default = field_default(GRPOConfig, key)
+        if key not in flat and default != get(ours, target):
+            put(out.recipe, target, default)
+            out.keep(
+                f"{key} (TRL default)", default, target, f"llm_rl's own default is {get(ours, target)!r}"
+            )
+    for key, (target, why) in OWN_DEFAULTS.items():
+        default = field_default(GRPOConfig, key)
+        set_by_file = key in flat or (key == "save_steps" and "save_strategy" in flat)
+        if not set_by_file and default != get(ours, target):
+            put(out.recipe, target, get(ours, target))
+            out.keep(f"{key} (TRL default)", default, target, f"kept llm_rl's {get(ours, target)!r}: {why}")
+    if field_default(GRPOConfig, "max_steps") <= 0 and not {"max_steps", "num_train_epochs"} & set(flat):
+        epochs = field_default(GRPOConfig, "num_train_epochs")
+        out.warn("num_train_epochs (TRL default)", epochs, f"not used: {FLAT_NOT_USED['num_train_epochs']}")
+
+
 def import_rewards(flat: dict[str, Any], out: Migration) -> None:
     """`reward_model_name_or_path`, `reward_funcs` and `reward_weights` as our `rewards:` list."""
     names = list(flat.get("reward_funcs") or [])
@@ -329,14 +382,18 @@ def import_rewards(flat: dict[str, Any], out: Migration) -> None:
 
 
 def import_precision(flat: dict[str, Any], out: Migration) -> None:
-    """`bf16` / `fp16` as `training.precision`."""
+    """`bf16` / `fp16` as `training.precision`: the one switched on, else auto."""
+    chosen = next((key for key in ("bf16", "fp16") if flat.get(key)), None)
     for key in ("bf16", "fp16"):
-        if key in flat:
-            if flat[key]:
-                put(out.recipe, "training.precision", key)
-                out.keep(key, flat[key], "training.precision")
-            else:
-                out.keep(key, flat[key], "-", "off: training.precision stays auto")
+        if key not in flat:
+            continue
+        if key == chosen:
+            put(out.recipe, "training.precision", key)
+            out.keep(key, flat[key], "training.precision", key)
+        elif chosen:
+            out.keep(key, flat[key], "training.precision", f"off: {chosen} is on")
+        else:
+            out.keep(key, flat[key], "training.precision", "off: auto (bf16 where the GPU has it, else fp32)")
 
 
 def import_dtype(key: str, value: Any, out: Migration) -> None:

@@ -121,15 +121,18 @@ def apply_override(raw: dict[str, Any], override: str, where: str) -> None:
             node.pop(other, None)
 
 
-def validate_recipe(raw: dict[str, Any], where: str) -> Recipe:
-    """Build the typed recipe, turning the first schema error into a message naming the key."""
+def validate_recipe(raw: dict[str, Any], where: str, as_source: bool = False) -> Recipe:
+    """Build the typed recipe, turning the first schema error into a message naming the key.
+
+    `as_source`: a recipe `llm-rl migrate` converts, which ran elsewhere: its keys and values are
+    checked, not how its algorithm would batch it on this machine's processes."""
     check_top_level(raw, where)
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as err:
         raise RecipeError(describe_validation_error(err), where=where) from None
     check_algorithm_sections(recipe, where)
-    check_cross_fields(recipe, where)
+    check_cross_fields(recipe, where, as_source)
     return recipe
 
 
@@ -257,8 +260,9 @@ def naming(where: str) -> Iterator[None]:
         raise RecipeError(str(err), where=where) from None
 
 
-def check_cross_fields(recipe: Recipe, where: str) -> None:
-    """Settings that are valid alone but conflict together, each with the reason."""
+def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> None:
+    """Settings that are valid alone but conflict together, each with the reason (for a migration's
+    source, all but its algorithm's batch arithmetic)."""
     training = recipe.training
     if training.max_steps is not None and training.total_samples is not None:
         raise RecipeError(
@@ -295,10 +299,11 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
             f"checkpointing.resume: {resume!r} is neither 'auto', 'never' nor an existing checkpoint",
             where=where,
         )
-    with naming(where):
-        ALGORITHMS[recipe.algorithm].check_recipe(recipe)
+    if not as_source:
+        with naming(where):
+            ALGORITHMS[recipe.algorithm].check_recipe(recipe)
     check_schedules(recipe, where)
-    if recipe.stages:
+    if recipe.stages and not as_source:
         stage_recipes(recipe, recipe.output_dir, where)
     names = [r.metric_name for r in recipe.rewards]
     duplicates = {n for n in names if names.count(n) > 1}

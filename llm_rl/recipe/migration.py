@@ -24,10 +24,18 @@ from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put
 from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
 from llm_rl.schema import Recipe
+from llm_rl.training.args import assumed_world_size, world_size
 
 # ----------------------------------------------------------------------------------------------------
 # Reading the source
 # ----------------------------------------------------------------------------------------------------
+
+
+NEITHER_FORMAT = (
+    "migrate reads llm_rl recipes and flat TRL-style GRPO YAMLs (GRPOConfig fields and script arguments "
+    "such as model_name_or_path at the top level); this file has sections of another format: write its "
+    "settings as one of those"
+)
 
 
 def read_source(path: Path) -> tuple[dict[str, Any], bool]:
@@ -124,10 +132,31 @@ def account_for_kept_keys(source: dict[str, Any], out: Migration) -> None:
         out.keep(dotted, value, dotted, "kept")
 
 
-def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration:
-    """Convert the recipe at `path` to `target` (an algorithm's name), checked against our schema."""
+def migrate(
+    path: Path, target: str, warm_start: str | None = None, processes: int | None = None
+) -> Migration:
+    """Convert the recipe at `path` to `target` (an algorithm's name), checked as `target` would run it
+    on `processes` processes (default: this launch's, 1 for a plain command)."""
     if target not in ALGORITHMS:
         raise RecipeError(f"--to: input should be {known_names()}, got {target!r}")
+    if processes is not None and processes < 1:
+        raise RecipeError(f"--processes: a run has at least 1 process, got {processes}")
+    with assumed_world_size(processes or world_size()):
+        migration = convert_file(path, target, warm_start)
+        try:
+            validate_recipe(copy.deepcopy(migration.recipe), where=f"{path} migrated to {target}")
+        except RecipeError as err:
+            if processes is None and "processes" in str(err):
+                raise RecipeError(
+                    f"{err} (checked as {world_size()} process(es): give --processes N for the run's number "
+                    "of processes)"
+                ) from None
+            raise
+    return migration
+
+
+def convert_file(path: Path, target: str, warm_start: str | None) -> Migration:
+    """The recipe at `path` converted to `target`, each source key accounted for, not yet checked as a run."""
     raw, flat = read_source(path)
     imported = None
     if flat:
@@ -136,7 +165,14 @@ def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration
         except RecipeError as err:
             raise RecipeError(str(err), where=str(path)) from None
     source = imported.recipe if imported else raw
-    validate_recipe(copy.deepcopy(source), where=f"{path} (imported)" if flat else str(path))
+    try:
+        validate_recipe(
+            copy.deepcopy(source), where=f"{path} (imported)" if flat else str(path), as_source=True
+        )
+    except RecipeError as err:
+        if flat or "unknown key" not in str(err):
+            raise
+        raise RecipeError(f"{err}. {NEITHER_FORMAT}") from None
     source_algorithm = source.get("algorithm", Recipe.model_fields["algorithm"].default)
     out = Migration({})
     if not flat:
@@ -154,7 +190,6 @@ def migrate(path: Path, target: str, warm_start: str | None = None) -> Migration
             "(added)", warm_start, "model.policy", f"warm start; was {get(out.recipe, 'model.policy')!r}"
         )
         put(out.recipe, "model.policy", warm_start)
-    validate_recipe(copy.deepcopy(out.recipe), where=f"{path} migrated to {target}")
     return out
 
 

@@ -6,10 +6,11 @@ and multi-process CPU runs need `ddp_backend="gloo"`), so that users never have 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,6 +26,21 @@ DEEPSPEED_CLIPPING_VARIABLE = "ACCELERATE_GRADIENT_CLIPPING"
 def world_size() -> int:
     """Processes in this run, as set by `accelerate launch` or torchrun (1 for a plain python run)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextlib.contextmanager
+def assumed_world_size(processes: int) -> Iterator[None]:
+    """Checks and batch arithmetic as a run of `processes` processes would see them (`llm-rl migrate
+    --processes`), without launching one."""
+    before = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(processes)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["WORLD_SIZE"]
+        else:
+            os.environ["WORLD_SIZE"] = before
 
 
 def is_main_process() -> bool:

@@ -217,7 +217,7 @@ def test_flat_trl_script_yaml_keeps_lora_reward_model_and_clipping(
     assert recipe["ppo"]["value_model"] == "reward_model"
     assert recipe["ppo"]["cliprange"] == 0.28
     assert recipe["ppo"]["num_ppo_epochs"] == 2
-    assert recipe["checkpointing"] == {"every": 50, "unit": "steps"}
+    assert recipe["checkpointing"] == {"every": 50, "unit": "steps", "keep_last": 2, "resume": "auto"}
     assert recipe["monitoring"]["wandb"]["mode"] == "disabled"
     # 500 updates: warm-up is 5%, capped at 50.
     assert recipe["ppo"]["critic_warmup_steps"] == 25
@@ -303,6 +303,7 @@ def test_grpo_to_ppo_to_grpo_round_trip(tmp_path: Path) -> None:
     assert migrated["ppo"] == {
         "kl_coef": 0.0,
         "cliprange": 0.2,
+        "num_ppo_epochs": 1,  # GRPO's num_iterations default: one pass, as the source ran
         "value_model": "policy",
         "critic_learning_rate": pytest.approx(1e-3),
         "critic_warmup_steps": 50,
@@ -313,7 +314,7 @@ def test_grpo_to_ppo_to_grpo_round_trip(tmp_path: Path) -> None:
     assert {k: v for k, v in returned.items() if k != "grpo"} == {
         k: v for k, v in original.items() if k != "grpo"
     }
-    assert returned["grpo"] == {**original["grpo"], "epsilon": 0.2}
+    assert returned["grpo"] == {**original["grpo"], "epsilon": 0.2, "num_iterations": 1}
 
 
 def test_ppo_to_grpo_warns_about_the_critic_and_picks_a_group_size(tmp_path: Path) -> None:
@@ -519,7 +520,7 @@ def test_a_chat_template_string_says_where_a_template_goes(tmp_path: Path) -> No
 
 def test_the_header_counts_one_setting_in_the_singular(tmp_path: Path) -> None:
     output = tmp_path / "out.yaml"
-    source = flat_file(tmp_path, "push_to_hub: true\n")
+    source = flat_file(tmp_path, "push_to_hub: true\nmax_steps: 10\n")
     assert main(["migrate", str(source), "--to", "ppo", "-o", str(output)]) == 0
     header = output.read_text().splitlines()[1]
     assert [row.source for row in migrate(source, "ppo").warnings] == ["push_to_hub"]
@@ -542,6 +543,7 @@ datasets:
     fraction: 0.3
 test_split_size: 0.05
 reward_funcs: [accuracy_reward]
+max_steps: 200
 """
 
 OPEN_R1_MIXTURE = """
@@ -665,3 +667,93 @@ def load_recipe_dict(recipe: dict):
     from llm_rl.recipe.load import validate_recipe
 
     return validate_recipe(recipe, where="migrated")
+
+
+# --------------------------------------------------------------------------------------------------
+# TRL's defaults (defect 7), the process count (defect 4), other formats and wording (defect 8)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_trl_defaults_that_differ_from_ours_get_a_row_and_a_value(tmp_path: Path) -> None:
+    migration = migrate(flat_file(tmp_path, ""), "ppo")
+    recipe = migration.recipe
+    rows = {row.source: row for row in migration.rows}
+    # What changes learning or memory carries TRL's default ...
+    assert recipe["generation"]["max_new_tokens"] == 512
+    assert rows["max_completion_length (TRL default)"].target == "generation.max_new_tokens"
+    assert recipe["training"]["lr_scheduler"] == "linear"
+    assert recipe["model"]["gradient_checkpointing"] is True
+    assert recipe["ppo"]["num_ppo_epochs"] == 1
+    assert rows["grpo.num_iterations (TRL default)"].target == "ppo.num_ppo_epochs"
+    # ... what llm_rl owns for a safe run states llm_rl's value, and the row says TRL's.
+    assert recipe["checkpointing"] == {"every": 100_000, "keep_last": 2, "resume": "auto"}
+    assert recipe["training"]["logging_steps"] == 1
+    assert rows["save_steps (TRL default)"].value == 500
+    assert "llm_rl's 100000" in rows["save_steps (TRL default)"].note
+    assert "10,000 samples" in rows["num_train_epochs (TRL default)"].note
+
+
+def test_a_setting_the_file_gives_is_not_overridden_by_a_trl_default(tmp_path: Path) -> None:
+    text = "max_completion_length: 64\nlr_scheduler_type: cosine\nnum_iterations: 3\nsave_steps: 20\n"
+    migration = migrate(flat_file(tmp_path, text), "ppo")
+    recipe = migration.recipe
+    assert recipe["generation"]["max_new_tokens"] == 64
+    assert recipe["training"]["lr_scheduler"] == "cosine"
+    assert recipe["ppo"]["num_ppo_epochs"] == 3
+    assert recipe["checkpointing"]["every"] == 20
+    assert not any(
+        row.source.startswith(("max_completion_length (", "save_steps (")) for row in migration.rows
+    )
+
+
+OPEN_R1_CODE = "num_generations: 14\nper_device_train_batch_size: 16\ngradient_accumulation_steps: 4\n"
+
+
+def test_a_source_batched_for_seven_gpus_converts_to_ppo_on_one(tmp_path: Path) -> None:
+    """open-r1's code recipes: groups of 14 over 16 x 4 completions per GPU on 7 GPUs."""
+    migration = migrate(flat_file(tmp_path, OPEN_R1_CODE), "ppo")
+    assert migration.recipe["algorithm"] == "ppo"
+    note = {row.source: row.note for row in migration.warnings}["num_generations"]
+    assert "groups of 14 completions spread over the devices" in note
+
+
+def test_a_group_target_is_checked_for_the_processes_it_will_run_on(tmp_path: Path) -> None:
+    source = flat_file(tmp_path, OPEN_R1_CODE)
+    target = tmp_path / "rloo.yaml"
+    refused = run_entry(
+        ["migrate", str(source), "--to", "rloo", "-o", str(target)], launcher=[LLM_RL], timeout=120
+    )
+    assert refused.returncode == 2
+    assert "x 1 processes" in refused.stderr and "give --processes N" in refused.stderr
+    assert not target.exists()
+    accepted = run_entry(
+        ["migrate", str(source), "--to", "rloo", "--processes", "7", "-o", str(target)],
+        launcher=[LLM_RL],
+        timeout=120,
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    assert yaml.safe_load(target.read_text().split("\n", 2)[2])["rloo"]["num_generations"] == 14
+
+
+def test_a_file_of_another_format_says_what_migrate_reads(tmp_path: Path) -> None:
+    source = tmp_path / "async.yaml"
+    source.write_text("model:\n  name: Qwen/Qwen3-0.6B\nloss:\n  beta: 0.0\n")
+    result = run_entry(
+        ["migrate", str(source), "-o", str(tmp_path / "out.yaml")], launcher=[LLM_RL], timeout=120
+    )
+    assert result.returncode == 2
+    assert "loss: unknown key" in result.stderr
+    assert "migrate reads llm_rl recipes and flat TRL-style GRPO YAMLs" in result.stderr
+
+
+def test_fp16_off_beside_bf16_on_says_bf16(tmp_path: Path) -> None:
+    rows = {row.source: row for row in migrate(flat_file(tmp_path, "bf16: true\nfp16: false\n"), "ppo").rows}
+    assert (rows["bf16"].target, rows["fp16"].target) == ("training.precision", "training.precision")
+    assert rows["fp16"].note == "off: bf16 is on"
+
+
+def test_a_vllm_field_trl_dropped_gets_the_vllm_word(tmp_path: Path) -> None:
+    warned = {
+        row.source: row.note for row in migrate(flat_file(tmp_path, "vllm_device: cuda:1\n"), "ppo").warnings
+    }
+    assert "vllm_mode" in warned["vllm_device"]

@@ -28,3 +28,24 @@ def test_validate_accepts_gsm8k_recipe(tmp_path: Path, gsm8k_dir: Path) -> None:
     result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "1319 training prompts" in result.stdout
+
+
+def test_validate_refuses_evaluation_without_eval_prompts(tmp_path: Path) -> None:
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml",
+        data={"source": "builtin:arithmetic", "arithmetic": {"num_eval": 0}},
+        evaluation={"every": 1},
+    )
+    result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 2
+    assert "evaluation.every is set but the data has no eval prompts" in result.stderr
+    assert "data.eval_size" in result.stderr
+
+
+def test_validate_names_the_eval_prompts_it_will_use(tmp_path: Path) -> None:
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml", evaluation={"every": 1}, data={"source": "builtin:arithmetic"}
+    )
+    result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "eval      every 1 updates on 200 held-out prompts" in result.stdout

@@ -84,7 +84,9 @@ COUNTERPARTS = {
         "kl_coef", PPOSettings().kl_coef, "PPO's kl_coef subtracts a per-token KL penalty from the reward"
     ),
     "clip_range": Counterpart("cliprange", PPOSettings().cliprange, "the ratio clip of the policy loss"),
-    "epochs": Counterpart("num_ppo_epochs", None, "passes over each batch of generations"),
+    "epochs": Counterpart(
+        "num_ppo_epochs", PPOSettings().num_ppo_epochs, "passes over each batch of generations"
+    ),
 }
 
 
@@ -395,9 +397,13 @@ def batch_semantics(recipe: dict[str, Any]) -> str:
     batch = training.get("per_device_batch_size", 8) * training.get("gradient_accumulation_steps", 1)
     source = recipe.get(recipe.get("algorithm", "grpo")) or {}
     group = source.get("num_generations", 8)
+    if batch % group == 0:
+        was = f"{batch // group} prompts x {group} completions"
+    else:  # the groups span devices (open-r1's 16 x 4 per device with groups of 14 on 7 GPUs)
+        was = f"groups of {group} completions spread over the devices"
     return (
         f"PPO samples one completion per prompt (its critic, not a group, gives the baseline): an update's "
-        f"{batch} samples per device are now {batch} prompts, not {batch // group} prompts x {group} completions"
+        f"{batch} samples per device are now {batch} prompts, not {was}"
     )
 
 
