@@ -31,6 +31,7 @@ FLAT_KEYS = {
     "per_device_eval_batch_size": "evaluation.batch_size",
     "wandb_project": "monitoring.wandb.project",
     "wandb_entity": "monitoring.wandb.entity",
+    "wandb_run_group": "monitoring.wandb.group",
 }
 
 # TRL config fields our shared sections own -> our keys, for the flat file's top level.
@@ -63,7 +64,52 @@ FLAT_NOT_USED = {
     "gradient_checkpointing_kwargs": "llm_rl sets these itself with model.gradient_checkpointing",
     "torch_dtype": "",  # handled in import_dtype
     "dtype": "",
+    # open-r1's GRPOConfig additions.
+    "benchmarks": "open-r1's post-training benchmarks: llm_rl measures held-out reward with evaluation.every",
+    "callbacks": "open-r1's hub-push callbacks: llm_rl writes final/ locally",
+    "hub_model_revision": "llm_rl does not push to the hub",
+    "num_completions_to_print": "see completions with `llm-rl sample RUN_DIR`",
 }
+
+# Switches that are off unless a file turns them on, at their off value -> what llm_rl does instead.
+# Off, they get a plain row; on, a warning.
+FLAT_SWITCHES: dict[str, tuple[Any, str]] = {
+    # TRL's ModelConfig.
+    "use_rslora": (False, "llm_rl's LoRA scales by alpha / r (plain LoRA)"),
+    "use_dora": (False, "llm_rl's LoRA is plain LoRA, not DoRA"),
+    "lora_modules_to_save": (None, "llm_rl's LoRA trains the adapters only"),
+    "lora_target_parameters": (None, "llm_rl targets modules (model.lora.target_modules), not parameters"),
+    "lora_task_type": ("CAUSAL_LM", "llm_rl's LoRA is for causal LMs"),
+    "load_in_8bit": (
+        False,
+        "llm_rl does not load quantised weights (no QLoRA): the model loads in model.dtype",
+    ),
+    "load_in_4bit": (
+        False,
+        "llm_rl does not load quantised weights (no QLoRA): the model loads in model.dtype",
+    ),
+    "bnb_4bit_quant_type": ("nf4", "a setting of 4-bit loading, which llm_rl does not do"),
+    "use_bnb_nested_quant": (False, "a setting of 4-bit loading, which llm_rl does not do"),
+    "bnb_4bit_quant_storage": (None, "a setting of 4-bit loading, which llm_rl does not do"),
+    # TRL's ScriptArguments.
+    "ignore_bias_buffers": (False, "a DDP workaround of TRL's scripts for models with bias buffers"),
+    # open-r1's GRPOConfig.
+    "overwrite_hub_revision": (False, "llm_rl does not push to the hub"),
+    "push_to_hub_revision": (False, "llm_rl does not push to the hub"),
+}
+
+# open-r1's settings of its own reward functions (GRPOScriptArguments).
+OPEN_R1_REWARD_SETTINGS = {
+    "cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+    "cosine_max_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+    "code_language", "code_eval_test_batch_size", "code_eval_scoring_mode", "parallel_code_exec_per_proc",
+    "e2b_router_url", "morph_router_url", "code_provider", "ioi_provider", "max_completion_len",
+    "soft_punish_cache", "enforce_same_language",
+}  # fmt: skip
+OPEN_R1_REWARD_NOTE = (
+    "a setting of one of open-r1's reward functions: give it as a key of that reward's rewards: entry "
+    "(your function by import path receives the entry's keys)"
+)
 
 # Keys TRL has removed: the clear word the issue tracker keeps being asked for.
 REMOVED_FROM_TRL = {
@@ -142,6 +188,14 @@ def import_flat(flat: dict[str, Any]) -> Migration:
             out.keep(key, value, FLAT_SHARED[key])
         elif key in FLAT_NOT_USED:
             out.warn(key, value, f"not used: {FLAT_NOT_USED[key]}")
+        elif key in FLAT_SWITCHES:
+            off, instead = FLAT_SWITCHES[key]
+            if value == off or value is None:
+                out.keep(key, value, "-", f"off, as in llm_rl: {instead}")
+            else:
+                out.warn(key, value, f"not carried: {instead}")
+        elif key in OPEN_R1_REWARD_SETTINGS:
+            out.warn(key, value, OPEN_R1_REWARD_NOTE)
         elif key in grpo_fields:
             put(out.recipe, f"grpo.{key}", value)
             out.keep(key, value, f"grpo.{key}")
@@ -170,6 +224,9 @@ def import_data(flat: dict[str, Any], out: Migration) -> None:
     elif flat.get("dataset_name"):
         import_single_dataset(flat, out)
     else:
+        for key in ("dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split"):
+            if key in flat:
+                out.keep(key, flat[key], "-", "names no dataset")
         out.warn(
             "(no dataset)",
             None,
@@ -195,6 +252,8 @@ def import_single_dataset(flat: dict[str, Any], out: Migration) -> None:
         if flat.get(key) is not None:
             put(out.recipe, target, flat[key])
             out.keep(key, flat[key], target)
+        elif key in flat:
+            out.keep(key, None, "-", "null: not set")
     for key in ("datasets", "dataset_mixture", "test_split_size"):
         if key in flat:
             out.warn(key, flat[key], "empty or unused by the source: not carried")
@@ -353,6 +412,10 @@ def import_rewards(flat: dict[str, Any], out: Migration) -> None:
     if path:
         entries.append({"name": "reward_model", "path": path})
         out.keep("reward_model_name_or_path", path, "rewards[0] (reward_model)")
+    elif "reward_model_name_or_path" in flat:
+        out.keep("reward_model_name_or_path", path, "-", "no reward model")
+    if "reward_funcs" in flat and not names:
+        out.keep("reward_funcs", flat["reward_funcs"], "-", "no reward functions named")
     for name in names:
         index = len(entries)
         if name in FLAT_REWARDS:

@@ -3,6 +3,7 @@ valid and trainable; warm starts from a GRPO run's weights and LoRA adapter."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -757,3 +758,53 @@ def test_a_vllm_field_trl_dropped_gets_the_vllm_word(tmp_path: Path) -> None:
         row.source: row.note for row in migrate(flat_file(tmp_path, "vllm_device: cuda:1\n"), "ppo").warnings
     }
     assert "vllm_mode" in warned["vllm_device"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Every field a TRL or open-r1 GRPO run can have is accounted for with its own reason
+# --------------------------------------------------------------------------------------------------
+
+OPEN_R1_FIELDS = {
+    # GRPOConfig additions
+    "benchmarks": ["math_500"], "callbacks": ["push_to_hub_revision"], "chat_template": "{{ x }}",
+    "hub_model_revision": "main", "num_completions_to_print": 0, "overwrite_hub_revision": False,
+    "push_to_hub_revision": False, "system_prompt": "Think.", "wandb_log_unique_prompts": True,
+    "wandb_entity": "team", "wandb_project": "r1", "wandb_run_group": "grpo",
+    # GRPOScriptArguments
+    "cosine_min_value_wrong": 0.0, "cosine_max_value_wrong": -0.5, "cosine_min_value_correct": 0.5,
+    "cosine_max_value_correct": 1.0, "cosine_max_len": 1000, "repetition_n_grams": 3,
+    "repetition_max_penalty": -1.0, "code_language": "python", "code_eval_test_batch_size": 1,
+    "code_eval_scoring_mode": "weighted_sum", "parallel_code_exec_per_proc": 2, "dataset_prompt_column": "prompt",
+    "e2b_router_url": None, "morph_router_url": None, "code_provider": "e2b", "ioi_provider": "piston",
+    "max_completion_len": 16384, "soft_punish_cache": 4096,
+}  # fmt: skip
+
+
+def trl_script_fields() -> dict[str, object]:
+    """Every init field of the dataclasses TRL's grpo script parses, at its default."""
+    from trl import GRPOConfig, ModelConfig, ScriptArguments
+    from trl.scripts.grpo import GRPOScriptArguments
+    from trl.scripts.utils import DatasetMixtureConfig
+
+    fields: dict[str, object] = {}
+    for config in (ModelConfig, ScriptArguments, DatasetMixtureConfig, GRPOScriptArguments, GRPOConfig):
+        for field in dataclasses.fields(config):
+            if field.init and field.name not in fields:
+                has_factory = field.default_factory is not dataclasses.MISSING
+                fields[field.name] = field.default_factory() if has_factory else field.default
+    return fields
+
+
+@pytest.mark.parametrize("origin", ["trl", "open_r1"])
+def test_every_field_of_a_grpo_run_gets_its_own_reason(origin: str) -> None:
+    from llm_rl.recipe.flat_trl import import_flat
+
+    fields = trl_script_fields() if origin == "trl" else OPEN_R1_FIELDS
+    generic = "not a field of TRL's GRPOConfig or of its scripts"
+    for name, value in fields.items():
+        if value is dataclasses.MISSING or name in ("datasets", "reward_weights"):
+            continue  # no default to write (output_dir), or checked against other keys (tested above)
+        imported = import_flat({"model_name_or_path": "org/model", "dataset_name": "org/data", name: value})
+        rows = [row for row in imported.rows if row.source == name]
+        assert rows, f"{name}: no row"
+        assert generic not in rows[0].note, f"{name}: {rows[0].note}"
