@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 # ----------------------------------------------------------------------------------------------------
 # Sections
@@ -205,15 +205,26 @@ class WandbSection(Section):
     tags: list[str] = Field(default_factory=list)
 
 
-AlertAction = Literal["warn", "stop", "off"]
+def yaml_off(value: Any) -> Any:
+    """YAML 1.1 reads a bare `off` as false: `action: off` means the action "off"."""
+    return "off" if value is False else value
+
+
+AlertAction = Annotated[Literal["warn", "stop", "off"], BeforeValidator(yaml_off)]
 
 
 class BoundAlert(Section):
-    """Fires when a metric goes above `above`."""
+    """Fires when a metric goes above `above`; an alert that is off needs no bound."""
 
-    above: float = Field(gt=0.0)
+    above: float | None = Field(None, gt=0.0)
     # warn: log it and go on; stop: save the last good state and end with status stopped_by_alert.
     action: AlertAction = "warn"
+
+    @model_validator(mode="after")
+    def _a_bound_when_on(self) -> BoundAlert:
+        if self.above is None and self.action != "off":
+            raise ValueError(f"give the bound `above` for action {self.action!r}, or set action: off")
+        return self
 
 
 class CollapseAlert(Section):

@@ -36,6 +36,10 @@ CASES = {
     ),
     "unknown builtin model": (lambda tmp: {"model": {"policy": "builtin:huge"}}, "builtin:huge"),
     "missing model folder": (lambda tmp: {"model": {"policy": str(tmp / "no-model")}}, "no-model"),
+    "NaN reward weight": (
+        lambda tmp: {"rewards": [{"name": "accuracy", "mode": "exact", "weight": float("nan")}]},
+        "rewards[0].weight: nan is not a finite number",
+    ),
 }
 
 

@@ -41,7 +41,11 @@ def load_prompt_data(data: DataSection, tokenizer: PreTrainedTokenizerBase, seed
     train, dropped = prepare_split(raw.train, data, tokenizer, seed, where=raw.train_where)
     evaluation = None
     if raw.eval is not None:
-        evaluation, eval_dropped = prepare_split(raw.eval, data, tokenizer, seed, where=raw.eval_where)
+        # Held-out prompts all over the length limit leave an empty eval split: an error only for a run
+        # that evaluates (`llm_rl.training.evaluation.held_out_reward`), not for one with evaluation off.
+        evaluation, eval_dropped = prepare_split(
+            raw.eval, data, tokenizer, seed, where=raw.eval_where, may_drop_all=True
+        )
         dropped += eval_dropped
     reward_columns = [name for name in train.column_names if name != "prompt"]
     return PromptData(train, evaluation, dropped, reward_columns)
@@ -53,7 +57,12 @@ def load_prompt_data(data: DataSection, tokenizer: PreTrainedTokenizerBase, seed
 
 
 def prepare_split(
-    dataset: Dataset, data: DataSection, tokenizer: PreTrainedTokenizerBase, seed: int, where: str
+    dataset: Dataset,
+    data: DataSection,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int,
+    where: str,
+    may_drop_all: bool = False,
 ) -> tuple[Dataset, int]:
     """Map columns, check and format prompts, drop those over the length limit; returns (dataset, dropped)."""
     dataset = select_columns(rename_columns(dataset, data, where), data, where)
@@ -64,7 +73,7 @@ def prepare_split(
     if data.limit is not None and data.limit < len(dataset):
         dataset = dataset.shuffle(seed=seed).select(range(data.limit))
     dataset, dropped = drop_long_prompts(dataset, data.max_prompt_length, tokenizer)
-    if len(dataset) == 0:
+    if len(dataset) == 0 and not may_drop_all:
         raise DataError(
             f"every prompt is longer than data.max_prompt_length ({data.max_prompt_length} tokens)",
             where=where,

@@ -53,7 +53,12 @@ class Alerts(TrainerCallback):
         for name, key in BOUND_METRICS.items():
             rule = getattr(self.settings, name)
             value = row.get(key)
-            if rule.action != "off" and isinstance(value, int | float) and value > rule.above:
+            if (
+                rule.action != "off"
+                and rule.above is not None
+                and isinstance(value, int | float)
+                and value > rule.above
+            ):
                 fired.append((name, f"{key} {value:.4g} is above {rule.above:g}"))
         collapse = self.settings.reward_collapse
         spread = row.get("reward/std")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,6 +128,7 @@ def validate_recipe(raw: dict[str, Any], where: str, as_source: bool = False) ->
     `as_source`: a recipe `llm-rl migrate` converts, which ran elsewhere: its keys and values are
     checked, not how its algorithm would batch it on this machine's processes."""
     check_top_level(raw, where)
+    check_finite(raw, where)
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as err:
@@ -155,6 +157,18 @@ def check_top_level(raw: dict[str, Any], where: str) -> None:
             suggestion = suggest_key(Recipe, [key], extra=list(ALGORITHMS))
             hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
             raise RecipeError(f"{key}: unknown key{hint}", where=where)
+
+
+def check_finite(value: Any, where: str, key: str = "") -> None:
+    """No NaN or infinity anywhere in a recipe: a NaN weight makes every reward NaN, and trains on."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}: {value} is not a finite number", where=where)
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            check_finite(inner, where, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            check_finite(inner, where, f"{key}[{index}]")
 
 
 def describe_validation_error(err: ValidationError, schema: type[BaseModel] | None = None) -> str:
@@ -286,7 +300,7 @@ def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> N
             f"({training.logging_steps}): eval metrics join the logged row of their update",
             where=where,
         )
-    if recipe.early_stopping.metric.startswith("eval/") and every is None:
+    if recipe.early_stopping.enabled and recipe.early_stopping.metric.startswith("eval/") and every is None:
         raise RecipeError(
             f"early_stopping.metric {recipe.early_stopping.metric!r} is an eval metric, but "
             "evaluation.every is not set, so it is never measured",

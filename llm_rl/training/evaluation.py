@@ -130,7 +130,13 @@ def held_out_reward(components: Any) -> HeldOutReward | None:
     recipe, data = components.recipe, components.data
     if recipe.evaluation.every is None:
         return None
-    if data.eval is None or len(data.eval) == 0:
+    if data.eval is not None and len(data.eval) == 0:
+        raise DataError(
+            "evaluation.every is set but every eval prompt is longer than data.max_prompt_length "
+            f"({recipe.data.max_prompt_length} tokens)",
+            where=recipe.data.label,
+        )
+    if data.eval is None:
         raise DataError(
             "evaluation.every is set but the data has no eval prompts: name a split with data.eval_split, "
             "hold rows out with data.eval_size, or set data.arithmetic.num_eval for the built-in task",

@@ -395,6 +395,37 @@ def test_every_prompt_too_long_is_a_data_error(tokenizer, tmp_path: Path) -> Non
     assert message == f"{source} [train]: every prompt is longer than data.max_prompt_length (2 tokens)"
 
 
+def test_an_eval_split_too_long_throughout_is_empty_not_an_error(tokenizer, tmp_path: Path) -> None:
+    """Evaluation off, the held-out prompts do not block a run; evaluation on refuses it (see below)."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", [{"prompt": "1+2="}])
+    write_jsonl(folder / "test.jsonl", [{"prompt": "11+22+33="}])
+    data = load(tokenizer, source=str(folder), eval_split="test", max_prompt_length=6)
+    assert len(data.train) == 1 and len(data.eval) == 0
+    assert data.dropped_too_long == 1
+
+
+def test_evaluation_on_an_eval_split_too_long_throughout_is_named(tokenizer, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from llm_rl.errors import DataError
+    from llm_rl.recipe.load import load_recipe
+    from llm_rl.training.evaluation import held_out_reward
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", [{"prompt": "1+2="}])
+    write_jsonl(folder / "test.jsonl", [{"prompt": "11+22+33="}])
+    recipe = load_recipe(
+        None,
+        [f"data={{source: {folder}, eval_split: test, max_prompt_length: 6}}", "evaluation.every=1"],
+    )
+    data = load(tokenizer, source=str(folder), eval_split="test", max_prompt_length=6)
+    with pytest.raises(DataError, match="every eval prompt is longer than data.max_prompt_length"):
+        held_out_reward(SimpleNamespace(recipe=recipe, data=data))
+
+
 def test_limit_keeps_a_seeded_sample(tokenizer) -> None:
     section = small_arithmetic(num_train=50, num_eval=20)
     full = load(tokenizer, seed=3, **section)

@@ -92,6 +92,25 @@ BAD_RECIPES = [
         "ppo.use_liger_kernel: liger-kernel is not installed here; install it or set ppo.use_liger_kernel: false",
     ),
     ({"grpo": {"use_vllm": True}}, "grpo.use_vllm: vllm is not installed here"),
+    # Non-finite numbers (issue 22): a NaN weight would make every reward NaN and train on.
+    (
+        {"rewards": [{"name": "accuracy", "weight": float("nan")}]},
+        "rewards[0].weight: nan is not a finite number",
+    ),
+    ({"training": {"learning_rate": float("inf")}}, "training.learning_rate: inf is not a finite number"),
+    ({"grpo": {"beta": float("-inf")}}, "grpo.beta: -inf is not a finite number"),
+    (
+        {"schedules": {"ppo.kl_coef": {"kind": "linear", "start": 0.1, "end": float("nan"), "samples": 10}}},
+        "schedules.ppo.kl_coef.end: nan is not a finite number",
+    ),
+    (
+        {"monitoring": {"alerts": {"kl": {"action": "stop"}}}},
+        "monitoring.alerts.kl: value error, give the bound `above` for action 'stop', or set action: off",
+    ),
+    (
+        {"early_stopping": {"enabled": True, "metric": "eval/reward/mean"}},
+        "early_stopping.metric 'eval/reward/mean' is an eval metric, but evaluation.every is not set",
+    ),
 ]
 
 
@@ -241,3 +260,23 @@ def test_a_staged_ppo_recipe_is_checked_by_its_stages_budgets_not_its_own(tmp_pa
     path.write_text(path.read_text().replace("max_steps: 100", "max_steps: 50"))
     with pytest.raises(RecipeError, match="critic_warmup_steps"):
         load_recipe(path, [f"run.output_dir={tmp_path / 'run'}"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Switched-off sections are not checked as if on (issue 22)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_disabled_early_stop_on_an_eval_metric_needs_no_evaluation() -> None:
+    recipe = load_recipe(
+        REPO / "recipes" / "gsm8k" / "ppo.yaml", ["early_stopping.enabled=false", "evaluation.every=null"]
+    )
+    assert recipe.early_stopping.metric == "eval/reward/mean" and recipe.evaluation.every is None
+
+
+def test_an_alert_switched_off_needs_no_bound(tmp_path: Path) -> None:
+    # A bare YAML `off` is read as false; it means the action "off".
+    path = tmp_path / "recipe.yaml"
+    path.write_text("monitoring:\n  alerts:\n    kl: {action: off}\n    nonfinite: {action: off}\n")
+    alerts = load_recipe(path).monitoring.alerts
+    assert (alerts.kl.action, alerts.kl.above, alerts.nonfinite.action) == ("off", None, "off")
