@@ -1,13 +1,34 @@
-"""What a person watching the terminal sees: the trainer's progress bar and a short line of metrics."""
+"""What a person watching the terminal sees: the trainer's progress bar and a short line of metrics.
+
+A log file gets the lines alone: progress bars redraw themselves with carriage returns, hundreds of
+frames that bury the step lines of a log (`make demo > demo.log 2>&1`).
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import datasets
+import huggingface_hub
+import transformers
 from tqdm.auto import tqdm
 from transformers import ProgressCallback
 
 SHOWN = ("reward/mean", "kl", "grad_norm", "loss/policy", "loss/value", "completion_length/mean")
+
+
+def bars_wanted(progress: bool) -> bool:
+    """Progress bars only for a person at a terminal (`monitoring.progress` on, both streams a tty)."""
+    return progress and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def without_bars() -> None:
+    """No progress bars from the libraries a run goes through: weights loading (transformers), dataset
+    maps (datasets) and downloads (the hub)."""
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    huggingface_hub.utils.disable_progress_bars()
 
 
 class QuietProgressCallback(ProgressCallback):

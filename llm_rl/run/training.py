@@ -22,7 +22,7 @@ from llm_rl.algorithms.base import Components, build_components
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.alerts import Alerts, NoNonFiniteSaves
 from llm_rl.monitoring.metrics import MetricsCallback
-from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback
+from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback, bars_wanted, without_bars
 from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
 from llm_rl.run.stages import StageContext, train_stages
 from llm_rl.run_folder import (
@@ -137,6 +137,8 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     if recipe.stages:
         return train_stages(recipe, train)
     started = time.perf_counter()
+    if not bars_wanted(recipe.monitoring.progress):
+        without_bars()
     serial_tokenizers_on_cpu()
     set_seed(recipe.run.seed)
     components = build_components(recipe)
@@ -170,7 +172,8 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     # TRL's own progress bar and log printer would repeat what ProgressLine shows, under TRL's names.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(QuietProgressCallback())
+    if not trainer.args.disable_tqdm:
+        trainer.add_callback(QuietProgressCallback())
     status = "failed"
     try:
         trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))

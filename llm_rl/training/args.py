@@ -17,6 +17,7 @@ import torch
 from transformers import TrainingArguments
 
 from llm_rl.errors import RecipeError
+from llm_rl.monitoring.progress import bars_wanted
 from llm_rl.schema import Recipe
 
 # accelerate reads DeepSpeed's `gradient_clipping` from this variable (set by `accelerate launch`).
@@ -170,6 +171,6 @@ def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any
         "save_total_limit": None,
         # Metrics reach wandb and TensorBoard through our own callback, under the unified names.
         "report_to": "none",
-        "disable_tqdm": not recipe.monitoring.progress,
+        "disable_tqdm": not bars_wanted(recipe.monitoring.progress),
         **device_args(training.precision),
     }
