@@ -240,10 +240,22 @@ class NonFiniteAlert(Section):
     action: AlertAction = "stop"
 
 
+class CountAlert(Section):
+    """Fires when a count goes above `above` (0: on the first one)."""
+
+    above: int = Field(0, ge=0)
+    action: AlertAction = "warn"
+
+
 class AlertsSection(Section):
     grad_norm: BoundAlert = Field(default_factory=lambda: BoundAlert(above=100.0))
     kl: BoundAlert = Field(default_factory=lambda: BoundAlert(above=10.0))
     value_loss: BoundAlert = Field(default_factory=lambda: BoundAlert(above=100.0))
+    # GPU health through NVML (gpu/temperature_c, gpu/ecc_errors); no readings, no alert, on a host
+    # without NVML. Datacenter GPUs throttle their clocks near 85-90 C.
+    gpu_temperature: BoundAlert = Field(default_factory=lambda: BoundAlert(above=85.0))
+    # Uncorrected memory errors since the driver loaded: results computed on that GPU may be wrong.
+    ecc_errors: CountAlert = Field(default_factory=CountAlert)
     reward_collapse: CollapseAlert = Field(default_factory=CollapseAlert)
     nonfinite: NonFiniteAlert = Field(default_factory=NonFiniteAlert)
 

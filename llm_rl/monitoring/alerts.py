@@ -21,7 +21,13 @@ from llm_rl.schema import AlertsSection
 from llm_rl.training.early_stopping import share_from_main_process
 
 # The row keys each bound alert reads.
-BOUND_METRICS = {"grad_norm": "grad_norm", "kl": "kl", "value_loss": "loss/value"}
+BOUND_METRICS = {
+    "grad_norm": "grad_norm",
+    "kl": "kl",
+    "value_loss": "loss/value",
+    "gpu_temperature": "gpu/temperature_c",
+    "ecc_errors": "gpu/ecc_errors",
+}
 # Keys whose NaN or inf (None in a row) fires the `nonfinite` alert.
 NONFINITE_KEYS = ("loss/policy", "loss/value", "reward/mean", "grad_norm", "kl")
 

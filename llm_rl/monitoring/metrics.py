@@ -1,8 +1,8 @@
 """Unified metrics: TRL's log names mapped onto one set of keys for both algorithms.
 
 `MetricsCallback` receives each trainer log, renames its keys with the algorithm's table, adds the
-counters we keep ourselves (`samples`, `samples_per_second`, `peak_memory_mb`) and hands one row to
-every sink: `metrics.jsonl` in the run folder, wandb and TensorBoard (x-axis: `samples`).
+counters we keep ourselves (`samples`, `samples_per_second`, `peak_memory_mb`, and the GPUs' health
+where NVML answers: `llm_rl.monitoring.gpu_health`) and hands one row to every sink: `metrics.jsonl` in the run folder, wandb and TensorBoard (x-axis: `samples`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import torch
 from transformers import TrainerCallback
+
+from llm_rl.monitoring.gpu_health import GpuHealth
 
 # Keys both algorithms share where the quantity exists (DESIGN.md, "metrics.jsonl").
 COMMON_KEYS = (
@@ -120,8 +122,10 @@ class MetricsCallback(TrainerCallback):
         count_samples: Callable[[Any, dict[str, Any]], int],
         sinks: Iterable[MetricSink],
         on_row: Iterable[Callable[[dict[str, Any]], None]] = (),
+        gpu_health: GpuHealth | None = None,
     ) -> None:
         self.names = names
+        self.gpu_health = gpu_health
         self.count_samples = count_samples
         self.sinks = list(sinks)
         self.on_row = list(on_row)
@@ -151,6 +155,9 @@ class MetricsCallback(TrainerCallback):
         for sink in self.sinks:
             sink.close()
         self.sinks = []
+        if self.gpu_health is not None:
+            self.gpu_health.close()
+            self.gpu_health = None
 
     def make_row(self, state, logs: dict[str, Any]) -> dict[str, Any]:
         """The unified row for one log: counters first, then the renamed metrics."""
@@ -163,6 +170,8 @@ class MetricsCallback(TrainerCallback):
         row.update(rename_metrics(logs, self.names))
         row["samples_per_second"] = throughput
         row["peak_memory_mb"] = peak_memory_mb()
+        if self.gpu_health is not None:
+            row.update(self.gpu_health.sample())
         return finite_numbers(row)
 
     @staticmethod

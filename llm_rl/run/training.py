@@ -21,6 +21,7 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 from llm_rl.algorithms.base import Components, build_components
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.alerts import Alerts, NoNonFiniteSaves
+from llm_rl.monitoring.gpu_health import GpuHealth
 from llm_rl.monitoring.metrics import MetricsCallback
 from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback, bars_wanted, without_bars
 from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
@@ -150,7 +151,8 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
     sinks = (stage.local_sinks(folder) if stage else make_sinks(recipe, folder)) if is_main_process() else []
-    metrics = MetricsCallback(algorithm.METRIC_NAMES, count_samples, sinks)
+    gpu_health = GpuHealth() if is_main_process() else None
+    metrics = MetricsCallback(algorithm.METRIC_NAMES, count_samples, sinks, gpu_health=gpu_health)
     score = MetricWindow.for_early_stopping(recipe.early_stopping)
     early_stopping = EarlyStopping(recipe.early_stopping) if recipe.early_stopping.enabled else None
     alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(stage.run_sinks if stage else sinks))
