@@ -112,7 +112,8 @@ def prometheus_name(key: str) -> str:
 
 class PrometheusSink:
     """Serves the latest unified row at `/metrics` through prometheus_client: one gauge per key, labelled
-    with the run's name, and `llm_rl_alerts_total{alert=...}` counting the alerts that fired."""
+    with the run's name and algorithm (a staged run: its recipe's; the `stage` gauge tells stages apart),
+    and `llm_rl_alerts_total{alert=...}` counting the alerts that fired."""
 
     def __init__(self, recipe: Recipe) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
@@ -120,11 +121,14 @@ class PrometheusSink:
         section = recipe.monitoring.prometheus
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
-        self.labels = {"run": recipe.run_name}
+        self.labels = {"run": recipe.run_name, "algorithm": recipe.algorithm}
         self.gauges: dict[str, Any] = {}
         self._gauge_class = Gauge
         self.alerts = Counter(
-            "llm_rl_alerts", "Alerts fired (monitoring.alerts)", ["run", "alert"], registry=self.registry
+            "llm_rl_alerts",
+            "Alerts fired (monitoring.alerts)",
+            [*self.labels, "alert"],
+            registry=self.registry,
         )
         try:
             self.server, _ = start_http_server(section.port, addr=section.host, registry=self.registry)
@@ -144,7 +148,7 @@ class PrometheusSink:
         """The gauge of a metric key, made on first sight (reward functions and schedules add keys)."""
         if key not in self.gauges:
             self.gauges[key] = self._gauge_class(
-                prometheus_name(key), f"{key} (metrics.jsonl)", ["run"], registry=self.registry
+                prometheus_name(key), f"{key} (metrics.jsonl)", list(self.labels), registry=self.registry
             )
         return self.gauges[key]
 

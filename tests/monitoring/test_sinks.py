@@ -60,7 +60,7 @@ def test_a_training_run_answers_a_prometheus_scrape(tmp_path: Path) -> None:
             for family in text_string_to_metric_families(text)
             for sample in family.samples
         }
-        assert values["llm_rl_reward_mean"].labels == {"run": "grpo-arithmetic"}
+        assert values["llm_rl_reward_mean"].labels == {"run": "grpo-arithmetic", "algorithm": "grpo"}
         assert 0.0 <= values["llm_rl_reward_mean"].value <= 1.0
         assert values["llm_rl_samples"].value >= 16 and values["llm_rl_samples"].value % 16 == 0
         for name in (
