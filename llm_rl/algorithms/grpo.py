@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trl import GRPOConfig
 
 from llm_rl.algorithms import trl_groups
-from llm_rl.algorithms.base import Components, Counterpart, Series
+from llm_rl.algorithms.base import Components, Series
 from llm_rl.errors import RecipeError
 from llm_rl.schema import Recipe
 from llm_rl.training.args import SampleCounter, sample_counter
@@ -27,19 +27,7 @@ SCHEDULABLE = trl_groups.schedulable(NAME)
 KL_COEFFICIENT = "grpo.beta"
 # TRL's GRPOConfig default group size.
 DEFAULT_GROUP_SIZE = 8
-COUNTERPARTS = {
-    "kl_coefficient": Counterpart(
-        "beta", trl_groups.field_default(GRPOConfig, "beta"), "GRPO's beta weighs a KL loss term"
-    ),
-    "clip_range": Counterpart(
-        "epsilon", trl_groups.field_default(GRPOConfig, "epsilon"), "the ratio clip of the policy loss"
-    ),
-    "epochs": Counterpart(
-        "num_iterations",
-        trl_groups.field_default(GRPOConfig, "num_iterations"),
-        "passes over each batch of generations",
-    ),
-}
+COUNTERPARTS = trl_groups.counterparts(GRPOConfig, "GRPO's beta weighs a KL loss term")
 
 
 def section_fields() -> frozenset[str]:

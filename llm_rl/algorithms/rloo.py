@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from trl import RLOOConfig
 
 from llm_rl.algorithms import trl_groups
-from llm_rl.algorithms.base import Components, Counterpart, Series
+from llm_rl.algorithms.base import Components, Series
 from llm_rl.errors import RecipeError
 from llm_rl.schema import Recipe
 from llm_rl.training.args import SampleCounter, sample_counter
@@ -31,21 +31,9 @@ KL_COEFFICIENT = "rloo.beta"
 # converted from an algorithm without groups gets up to 8, as for GRPO.
 DEFAULT_GROUP_SIZE = 2
 MIGRATED_GROUP_SIZE = 8
-COUNTERPARTS = {
-    "kl_coefficient": Counterpart(
-        "beta",
-        trl_groups.field_default(RLOOConfig, "beta"),
-        "RLOO's beta subtracts the sequence's KL to the reference from its reward",
-    ),
-    "clip_range": Counterpart(
-        "epsilon", trl_groups.field_default(RLOOConfig, "epsilon"), "the ratio clip of the policy loss"
-    ),
-    "epochs": Counterpart(
-        "num_iterations",
-        trl_groups.field_default(RLOOConfig, "num_iterations"),
-        "passes over each batch of generations",
-    ),
-}
+COUNTERPARTS = trl_groups.counterparts(
+    RLOOConfig, "RLOO's beta subtracts the sequence's KL to the reference from its reward"
+)
 
 
 def section_fields() -> frozenset[str]:

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
+from llm_rl.algorithms.base import Counterpart
 from llm_rl.errors import RecipeError, did_you_mean
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
@@ -63,6 +64,22 @@ def field_default(config_class: type, name: str) -> Any:
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
     return field.default
+
+
+def counterparts(config_class: type, kl_meaning: str) -> dict[str, Counterpart]:
+    """The KL weight, clip range and epochs of a TRL group trainer under their TRL names and defaults,
+    for `llm-rl migrate`."""
+    return {
+        "kl_coefficient": Counterpart("beta", field_default(config_class, "beta"), kl_meaning),
+        "clip_range": Counterpart(
+            "epsilon", field_default(config_class, "epsilon"), "the ratio clip of the policy loss"
+        ),
+        "epochs": Counterpart(
+            "num_iterations",
+            field_default(config_class, "num_iterations"),
+            "passes over each batch of generations",
+        ),
+    }
 
 
 def check_fields(name: str, section: dict[str, Any], config_class: type) -> None:

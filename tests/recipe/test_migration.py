@@ -611,14 +611,20 @@ def test_the_mixture_wins_over_dataset_name_as_in_trls_script(tmp_path: Path) ->
     assert "reads datasets when both are given" in warned["dataset_test_split"]
 
 
-def test_a_json_builder_with_data_files_is_the_local_file(tmp_path: Path) -> None:
+def json_mixture(tmp_path: Path, more: str) -> tuple[Path, Path, Path]:
+    """A flat file mixing two local jsonl files through TRL's `json` builder: (file, first, second)."""
     first, second = prompts(tmp_path / "a.jsonl", 30), prompts(tmp_path / "b.jsonl", 20)
     source = tmp_path / "mix.yaml"
     source.write_text(
         "model_name_or_path: builtin:tiny-arithmetic\nreward_funcs: [accuracy]\n"
         f"datasets:\n  - {{path: json, data_files: {first}}}\n  - {{path: json, data_files: {second}}}\n"
-        "  - {path: some/hub-set, data_dir: math}\n"
+        + more
     )
+    return source, first, second
+
+
+def test_a_json_builder_with_data_files_is_the_local_file(tmp_path: Path) -> None:
+    source, first, second = json_mixture(tmp_path, "  - {path: some/hub-set, data_dir: math}\n")
     migration = migrate(source, "ppo")
     assert [entry["source"] for entry in migration.recipe["data"]["sources"]] == [
         str(first),
@@ -647,13 +653,7 @@ def test_a_file_without_data_says_it_will_train_on_the_toy_task(tmp_path: Path) 
 
 
 def test_a_migrated_mixture_validates_on_its_files_not_the_toy_task(tmp_path: Path) -> None:
-    first, second = prompts(tmp_path / "a.jsonl", 30), prompts(tmp_path / "b.jsonl", 20)
-    source = tmp_path / "mix.yaml"
-    source.write_text(
-        "model_name_or_path: builtin:tiny-arithmetic\nreward_funcs: [accuracy]\ndataset_prompt_column: question\n"
-        f"datasets:\n  - {{path: json, data_files: {first}}}\n  - {{path: json, data_files: {second}}}\n"
-        "test_split_size: 10\n"
-    )
+    source, first, second = json_mixture(tmp_path, "dataset_prompt_column: question\ntest_split_size: 10\n")
     target = tmp_path / "ppo.yaml"
     migrated = run_entry(["migrate", str(source), "-o", str(target)], launcher=[LLM_RL], timeout=120)
     assert migrated.returncode == 0, migrated.stderr[-2000:]

@@ -60,7 +60,7 @@ def test_held_out_reward_in_two_processes_covers_every_prompt_once(tmp_path: Pat
 
 BAD_EVALUATION = {
     "eval metric without evaluation": (
-        ["early_stopping.metric=eval/reward/mean"],
+        ["early_stopping.enabled=true", "early_stopping.metric=eval/reward/mean"],
         "evaluation.every is not set",
     ),
     "evaluation between logged rows": (["training.logging_steps=2", "evaluation.every=3"], "multiple of"),
