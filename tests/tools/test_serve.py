@@ -4,26 +4,30 @@ and bad requests answered with a 4xx that says why."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import LLM_RL, REPO
+from tests.conftest import REPO
 from tests.tools.conftest import greedy_completion
 
 SERVE_LIMITS = ["--max-prompts", "4", "--max-prompt-tokens", "16", "--max-new-tokens", "8"]
 
 
-@pytest.fixture(scope="module")
-def server(trained_run: Path):
-    """`llm-rl serve` on a free loopback port, with small limits; yields its base URL."""
-    command = [LLM_RL, "serve", str(trained_run), "--port", "0", "--batch-wait-ms", "300", *SERVE_LIMITS]
+@contextmanager
+def running_server(source: Path, *options: str, env: dict[str, str] | None = None, stderr=subprocess.DEVNULL):
+    """`llm-rl serve SOURCE --port 0 OPTIONS` from this checkout (`python -m llm_rl.cli`, run in the repo,
+    imports its llm_rl); yields the base URL it prints."""
+    command = [sys.executable, "-m", "llm_rl.cli", "serve", str(source), "--port", "0", *options]
     process = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
     )
     try:
         # Libraries may print a line or two before the server's own.
@@ -37,6 +41,13 @@ def server(trained_run: Path):
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(trained_run: Path):
+    """`llm-rl serve` on a free loopback port, with small limits; yields its base URL."""
+    with running_server(trained_run, "--batch-wait-ms", "300", *SERVE_LIMITS) as url:
+        yield url
 
 
 def call(url: str, path: str, body: bytes | dict | None = None) -> tuple[int, dict]:
@@ -102,6 +113,7 @@ def test_serve_answers_bad_requests_with_a_4xx_that_says_why(server: str, case: 
     assert message in answer["error"]
 
 
-def test_serve_answers_404_for_unknown_endpoints(server: str) -> None:
-    assert call(server, "/nope")[0] == 404
-    assert call(server, "/health", {"prompt": "x"})[0] == 404
+def test_serve_answers_404_for_unknown_endpoints_and_405_for_wrong_methods(server: str) -> None:
+    status, answer = call(server, "/nope")
+    assert status == 404 and answer["error"]["code"] == "not_found"
+    assert call(server, "/health", {"prompt": "x"})[0] == 405
