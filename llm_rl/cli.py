@@ -1,4 +1,4 @@
-"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export`, and the
+"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export|sample|serve`, and the
 `recipes/<algorithm>.py` entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
