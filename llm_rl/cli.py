@@ -1,4 +1,4 @@
-"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export`, and the
+"""The command line: `llm-rl train|validate|plan|rollback|migrate|compare|doctor|export|sample|serve`, and the
 `recipes/<algorithm>.py` entry points.
 
 Exit codes (DESIGN.md): 0 success; 2 bad input, with one message on stderr and no traceback unless
@@ -17,6 +17,7 @@ from pathlib import Path
 from llm_rl.errors import UserInputError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+API_KEY_VARIABLE = "LLM_RL_API_KEY"
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -142,21 +143,28 @@ def command_export(args: argparse.Namespace) -> int:
 
 
 def command_serve(args: argparse.Namespace) -> int:
-    """Serve a trained policy over HTTP until interrupted."""
+    """Serve a trained policy over HTTP (OpenAI's API and /generate) until interrupted."""
     from llm_rl.tools.serve import ServeLimits, make_server
 
     limits = ServeLimits(
+        max_body_bytes=args.max_body_bytes,
         max_prompts=args.max_prompts,
         max_prompt_tokens=args.max_prompt_tokens,
         max_new_tokens=args.max_new_tokens,
         batch_wait_seconds=args.batch_wait_ms / 1000,
     )
+    # The key from the flag or the environment; never printed.
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     try:
-        server = make_server(args.source, args.host, args.port, limits)
+        server = make_server(args.source, args.host, args.port, limits, api_key, args.model_name)
     except OSError as err:
         raise UserInputError(f"--port {args.port}: cannot serve on {args.host}: {err.strerror}") from None
-    host, port = server.server_address[:2]
-    print(f"serving {args.source} on http://{host}:{port} (POST /generate, GET /health)", flush=True)
+    host, port = server.server_address
+    print(
+        f"serving {args.source} as {server.model_id!r} on http://{host}:{port} "
+        f"(OpenAI API under /v1, POST /generate, GET /health{'; API key required' if api_key else ''})",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -247,17 +255,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     export_parser.add_argument("--merge-lora", action="store_true", help="fold a LoRA adapter into its base")
     export_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     export_parser.set_defaults(run=command_export)
-    serve_parser = commands.add_parser("serve", help="serve a trained policy over HTTP for sampling checks")
+    serve_parser = commands.add_parser(
+        "serve",
+        help="serve a trained policy over HTTP: OpenAI's API (/v1) and /generate",
+        description=(
+            "Serve a trained policy on FastAPI + uvicorn: POST /v1/completions, POST /v1/chat/completions "
+            "(the run's chat template and system prompt), GET /v1/models (stream: true for server-sent "
+            "events), POST /generate and GET /health. Requests that arrive together are generated in one "
+            "batch. Exit 2 for a bad policy folder or a port in use."
+        ),
+    )
     serve_parser.add_argument(
         "source", type=Path, help="a run folder, its final/, a checkpoint or an adapter"
     )
     serve_parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
-    serve_parser.add_argument("--host", default="127.0.0.1", help="default loopback; 0.0.0.0 for all")
-    serve_parser.add_argument("--max-prompts", type=int, default=64, help="prompts per request")
-    serve_parser.add_argument("--max-prompt-tokens", type=int, default=2048, help="tokens per prompt")
-    serve_parser.add_argument("--max-new-tokens", type=int, default=512, help="the most a request may ask")
     serve_parser.add_argument(
-        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests"
+        "--host", default="127.0.0.1", help="default 127.0.0.1 (loopback); 0.0.0.0 for all interfaces"
+    )
+    serve_parser.add_argument(
+        "--api-key",
+        help=f"require 'Authorization: Bearer KEY' on every path but /health; or set {API_KEY_VARIABLE} "
+        "(better: a flag shows in the process list)",
+    )
+    serve_parser.add_argument(
+        "--model-name", help="the model id clients send (default: the run folder's name)"
+    )
+    serve_parser.add_argument("--max-prompts", type=int, default=64, help="prompts x n per request (64)")
+    serve_parser.add_argument("--max-prompt-tokens", type=int, default=2048, help="tokens per prompt (2048)")
+    serve_parser.add_argument(
+        "--max-new-tokens", type=int, default=512, help="the most max_tokens a request may ask (512)"
+    )
+    serve_parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body size (1 MiB)")
+    serve_parser.add_argument(
+        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests (10)"
     )
     serve_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     serve_parser.set_defaults(run=command_serve)

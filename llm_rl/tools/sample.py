@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers.generation.streamers import BaseStreamer
 
 from llm_rl.data.prompts import format_prompt, has_chat_template, load_prompt_data, prompt_token_ids
 from llm_rl.errors import ModelError, RecipeError, first_line
@@ -86,8 +87,11 @@ class PolicyGenerator:
         ]
 
     @torch.no_grad()
-    def generate_ids(self, prompt_ids: list[list[int]], request: GenerationRequest) -> torch.Tensor:
-        """The completions' token ids, one row per prompt, padded after the first stop token."""
+    def generate_ids(
+        self, prompt_ids: list[list[int]], request: GenerationRequest, streamer: BaseStreamer | None = None
+    ) -> torch.Tensor:
+        """The completions' token ids, one row per prompt, padded after the first stop token; a streamer
+        hears each step's tokens as they are made (`llm-rl serve`'s streamed answers)."""
         width = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), self.pad, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
@@ -112,6 +116,7 @@ class PolicyGenerator:
             input_ids=input_ids.to(self.device),
             attention_mask=attention.to(self.device),
             generation_config=config,
+            streamer=streamer,
         )
         return cut_after_stop(output[:, width:].cpu(), self.stop_token_ids, self.pad)
 

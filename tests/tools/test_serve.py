@@ -1,29 +1,36 @@
 """`llm-rl serve` over a trained embedded policy: health, greedy generation equal to transformers', batching,
-and bad requests answered with a 4xx that says why."""
+and bad requests answered with a 4xx that says why; then OpenAI's API through the official client
+(completions, chat, streaming, the API key, each limit, bad JSON, unknown fields, 16 concurrent clients)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.conftest import LLM_RL, REPO
+from tests.conftest import REPO
 from tests.tools.conftest import greedy_completion
 
 SERVE_LIMITS = ["--max-prompts", "4", "--max-prompt-tokens", "16", "--max-new-tokens", "8"]
 
 
-@pytest.fixture(scope="module")
-def server(trained_run: Path):
-    """`llm-rl serve` on a free loopback port, with small limits; yields its base URL."""
-    command = [LLM_RL, "serve", str(trained_run), "--port", "0", "--batch-wait-ms", "300", *SERVE_LIMITS]
+@contextmanager
+def running_server(source: Path, *options: str, env: dict[str, str] | None = None, stderr=subprocess.DEVNULL):
+    """`llm-rl serve SOURCE --port 0 OPTIONS` from this checkout (`python -m llm_rl.cli`, run in the repo,
+    imports its llm_rl); yields the base URL it prints."""
+    command = [sys.executable, "-m", "llm_rl.cli", "serve", str(source), "--port", "0", *options]
     process = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
     )
     try:
         # Libraries may print a line or two before the server's own.
@@ -37,6 +44,13 @@ def server(trained_run: Path):
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(trained_run: Path):
+    """`llm-rl serve` on a free loopback port, with small limits; yields its base URL."""
+    with running_server(trained_run, "--batch-wait-ms", "300", *SERVE_LIMITS) as url:
+        yield url
 
 
 def call(url: str, path: str, body: bytes | dict | None = None) -> tuple[int, dict]:
@@ -102,6 +116,342 @@ def test_serve_answers_bad_requests_with_a_4xx_that_says_why(server: str, case: 
     assert message in answer["error"]
 
 
-def test_serve_answers_404_for_unknown_endpoints(server: str) -> None:
-    assert call(server, "/nope")[0] == 404
-    assert call(server, "/health", {"prompt": "x"})[0] == 404
+def test_serve_answers_404_for_unknown_endpoints_and_405_for_wrong_methods(server: str) -> None:
+    status, answer = call(server, "/nope")
+    assert status == 404 and answer["error"]["code"] == "not_found"
+    assert call(server, "/health", {"prompt": "x"})[0] == 405
+
+
+# ----------------------------------------------------------------------------------------------------
+# The OpenAI API, through the official client, against a trained run given a chat template and a
+# system prompt (the embedded tokenizer has no template; this one reads only digits, '+', '=' and ' ').
+# ----------------------------------------------------------------------------------------------------
+
+API_KEY = "test-key-3f9a"
+DIGIT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+SYSTEM_PROMPT = "1+1=2"
+OPENAI_LIMITS = ["--max-prompts", "4", "--max-prompt-tokens", "24", "--max-new-tokens", "8"]
+MAX_BODY = 4096
+
+
+@pytest.fixture(scope="module")
+def chat_run(trained_run: Path, tmp_path_factory) -> Path:
+    """A copy of the trained run whose tokenizer has a chat template and whose recipe a system prompt."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    run = tmp_path_factory.mktemp("chat") / "arith"
+    shutil.copytree(trained_run, run)
+    tokenizer = AutoTokenizer.from_pretrained(run / "final")
+    tokenizer.chat_template = DIGIT_TEMPLATE
+    tokenizer.save_pretrained(run / "final")
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    recipe["data"]["system_prompt"] = SYSTEM_PROMPT
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    return run
+
+
+@pytest.fixture(scope="module")
+def api_server(chat_run: Path, tmp_path_factory):
+    """`llm-rl serve` with the key from LLM_RL_API_KEY and small limits; yields (base URL, stderr file)."""
+    log = tmp_path_factory.mktemp("serve_log") / "stderr.txt"
+    options = ["--batch-wait-ms", "300", "--max-body-bytes", str(MAX_BODY), *OPENAI_LIMITS]
+    with (
+        log.open("w") as stderr,
+        running_server(chat_run, *options, env={"LLM_RL_API_KEY": API_KEY}, stderr=stderr) as url,
+    ):
+        yield url, log
+
+
+@pytest.fixture
+def client(api_server):
+    import openai
+
+    return openai.OpenAI(base_url=api_server[0] + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+def chat_prompt_ids(run: Path, user: str) -> list[int]:
+    """The ids the run's policy sees for a user message: the system prompt added, the template applied."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run / "final")
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return list(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
+
+
+def greedy_from_ids(final: Path, ids: list[int], max_new_tokens: int) -> tuple[str, int, str]:
+    """transformers' own greedy completion of token ids: its text, token count (EOS included) and
+    OpenAI's finish reason."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final).eval()
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([ids]),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    response = out[0, len(ids) :].tolist()
+    reason = "length"
+    if tokenizer.eos_token_id in response:
+        response = response[: response.index(tokenizer.eos_token_id) + 1]
+        reason = "stop"
+    return tokenizer.decode(response, skip_special_tokens=True), len(response), reason
+
+
+def test_openai_client_completes_with_the_runs_template_and_system_prompt(client, chat_run: Path) -> None:
+    [model] = client.models.list().data
+    assert model.id == "arith"
+    answer = client.completions.create(model="arith", prompt="3+4=", max_tokens=6, temperature=0)
+    ids = chat_prompt_ids(chat_run, "3+4=")
+    text, tokens, reason = greedy_from_ids(chat_run / "final", ids, 6)
+    [choice] = answer.choices
+    assert (choice.text, choice.finish_reason) == (text, reason)
+    assert answer.usage.prompt_tokens == len(ids)
+    assert answer.usage.completion_tokens == tokens
+    assert answer.usage.total_tokens == len(ids) + tokens
+    several = client.completions.create(model="arith", prompt=["1+2=", "5+3="], max_tokens=4, n=2)
+    assert [c.index for c in several.choices] == [0, 1, 2, 3]
+
+
+def test_openai_client_chats(client, chat_run: Path) -> None:
+    answer = client.chat.completions.create(
+        model="arith", messages=[{"role": "user", "content": "2+5="}], max_tokens=6, temperature=0
+    )
+    ids = chat_prompt_ids(chat_run, "2+5=")
+    text, tokens, reason = greedy_from_ids(chat_run / "final", ids, 6)
+    [choice] = answer.choices
+    assert choice.message.role == "assistant" and choice.message.content == text
+    assert choice.finish_reason == reason
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(ids), tokens)
+
+
+def test_openai_client_streams_completions_and_chat(client, server: str) -> None:
+    """Completions on the plain run (where the policy writes digits), chat on the templated one."""
+    import openai
+
+    plain = openai.OpenAI(base_url=server + "/v1", api_key="no-key-set", max_retries=0, timeout=60)
+    whole = plain.completions.create(model="grpo", prompt="3+4=", max_tokens=8, temperature=0)
+    assert whole.choices[0].text
+    chunks = list(
+        plain.completions.create(
+            model="grpo",
+            prompt="3+4=",
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+    chat_whole = client.chat.completions.create(
+        model="arith", messages=[{"role": "user", "content": "4+4="}], max_tokens=8, temperature=0
+    )
+    stream = client.chat.completions.create(
+        model="arith",
+        messages=[{"role": "user", "content": "4+4="}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+    )
+    chat_chunks = list(stream)
+    assert chat_chunks[0].choices[0].delta.role == "assistant"
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in chat_chunks)
+        == chat_whole.choices[0].message.content
+    )
+    assert chat_chunks[-1].choices[0].finish_reason == chat_whole.choices[0].finish_reason
+
+
+def test_stream_ends_with_done(api_server) -> None:
+    body = {"model": "arith", "prompt": "1+2=", "max_tokens": 3, "stream": True}
+    request = urllib.request.Request(
+        api_server[0] + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        events = [line for line in response.read().decode().split("\n\n") if line]
+    assert events[-1] == "data: [DONE]"
+    assert all(event.startswith("data: {") for event in events[:-1])
+
+
+def test_stop_strings_cut_the_text(server: str) -> None:
+    """On the plain run (no template), where the policy writes digits after '='."""
+    import openai
+
+    plain = openai.OpenAI(base_url=server + "/v1", api_key="no-key-set", max_retries=0, timeout=60)
+    for prompt in [f"{a}+{b}=" for a in range(1, 10) for b in range(1, 10)]:
+        whole = plain.completions.create(model="grpo", prompt=prompt, max_tokens=8, temperature=0)
+        text = whole.choices[0].text
+        if text:
+            break
+    else:
+        pytest.skip("the policy wrote nothing to cut")
+    stop = text[-1]
+    cut = plain.completions.create(model="grpo", prompt=prompt, max_tokens=8, temperature=0, stop=[stop, "@"])
+    assert cut.choices[0].text == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.usage.completion_tokens <= whole.usage.completion_tokens
+
+
+def test_a_wrong_or_missing_key_gets_401_and_is_never_logged(api_server) -> None:
+    import openai
+
+    url, log = api_server
+    wrong = "wrong-key-77c1"
+    bad = openai.OpenAI(base_url=url + "/v1", api_key=wrong, max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        bad.completions.create(model="arith", prompt="1+1=", max_tokens=2)
+    assert caught.value.status_code == 401
+    assert openai_error(caught.value)["code"] == "invalid_api_key"
+    assert wrong not in json.dumps(caught.value.body) and API_KEY not in json.dumps(caught.value.body)
+    status, answer = call(url, "/v1/models")  # no Authorization header at all
+    assert status == 401 and answer["error"]["code"] == "invalid_api_key"
+    # /health stays open for liveness probes.
+    assert call(url, "/health")[0] == 200
+    logged = log.read_text()
+    assert "POST /v1/completions" in logged and " 401" in logged
+    assert API_KEY not in logged and wrong not in logged
+
+
+def openai_error(err) -> dict:
+    return err.body if "message" in err.body else err.body["error"]
+
+
+@pytest.mark.parametrize(
+    ("case", "arguments", "status", "code", "flag"),
+    [
+        ("prompts", {"prompt": ["1+1="] * 5}, 400, "too_many_prompts", "--max-prompts"),
+        ("prompts x n", {"prompt": ["1+1="] * 3, "n": 2}, 400, "too_many_prompts", "--max-prompts"),
+        ("max_tokens", {"prompt": "1+1=", "max_tokens": 9}, 400, "max_tokens_limit", "--max-new-tokens"),
+        ("prompt tokens", {"prompt": "1+1=" * 6}, 400, "context_length_exceeded", "--max-prompt-tokens"),
+        ("body", {"prompt": "1+1=" * 1100}, 413, "body_too_large", "--max-body-bytes"),
+    ],
+)
+def test_each_limit_answers_openais_error_shape_naming_it(
+    client, case, arguments, status, code, flag
+) -> None:
+    import openai
+
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model="arith", **{"max_tokens": 2, **arguments})
+    assert caught.value.status_code == status, case
+    error = openai_error(caught.value)
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code and flag in error["message"]
+    assert client.completions.create(model="arith", prompt="1+1=", max_tokens=2).choices  # still serving
+
+
+def test_malformed_json_is_400_and_unknown_fields_422_and_the_server_keeps_serving(
+    client, api_server
+) -> None:
+    import openai
+
+    request = urllib.request.Request(
+        api_server[0] + "/v1/chat/completions",
+        data=b'{"model": "arith", "messages": [',
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    assert caught.value.code == 400
+    assert json.loads(caught.value.read())["error"]["code"] == "invalid_json"
+
+    with pytest.raises(openai.UnprocessableEntityError) as unknown:
+        client.completions.create(model="arith", prompt="1+1=", extra_body={"temprature": 0})
+    error = openai_error(unknown.value)
+    assert error["param"] == "temprature" and "did you mean 'temperature'" in error["message"]
+
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-4o", prompt="1+1=", max_tokens=2)
+    assert client.chat.completions.create(
+        model="arith", messages=[{"role": "user", "content": "1+1="}], max_tokens=2
+    ).choices
+
+
+def test_sixteen_concurrent_clients_are_answered_in_shared_batches(
+    client, api_server, chat_run: Path
+) -> None:
+    import openai
+
+    url = api_server[0]
+    _, before = call(url, "/health")
+    prompts = [f"{a}+{b}=" for a in range(1, 5) for b in range(1, 5)]
+
+    def ask(prompt: str) -> str:
+        own = openai.OpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+        return (
+            own.completions.create(model="arith", prompt=prompt, max_tokens=4, temperature=0).choices[0].text
+        )
+
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(ask, prompts))
+    for prompt, text in zip(prompts, texts, strict=True):
+        assert text == greedy_from_ids(chat_run / "final", chat_prompt_ids(chat_run, prompt), 4)[0], prompt
+    _, after = call(url, "/health")
+    requests = after["requests"] - before["requests"]
+    batches = after["batches"] - before["batches"]
+    sizes = after["recent_batch_sizes"][-batches:]
+    print(f"16 concurrent requests -> {batches} generate calls, batch sizes {sizes}")
+    assert requests == 16 and sum(sizes) == 16
+    assert batches < 16 and max(sizes) > 1
+
+
+def test_completion_text_holds_back_a_possible_stop_string(trained_run: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from llm_rl.tools.serve.decoding import CompletionText
+
+    tokenizer = AutoTokenizer.from_pretrained(trained_run / "final")
+    ids = tokenizer("12+34", add_special_tokens=False)["input_ids"]
+    text = CompletionText(tokenizer, [tokenizer.eos_token_id], ["+3"], incremental=True)
+    pieces = []
+    for token in ids:
+        text.add(token)
+        pieces.append(text.delta())
+    text.close()
+    pieces.append(text.delta())
+    assert "".join(pieces) == "12" and text.finish_reason == "stop"
+    assert text.tokens == len(tokenizer("12+3", add_special_tokens=False)["input_ids"])
+
+
+def serve_exit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llm_rl.cli", "serve", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_bad_policy_folder_exits_2_with_one_line(tmp_path: Path) -> None:
+    result = serve_exit(str(tmp_path), "--port", "0")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: ") and str(tmp_path) in line and "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_exits_2_naming_it(trained_run: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = serve_exit(str(trained_run), "--port", str(port))
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert (
+        line.startswith(f"error: --port {port}: cannot serve on 127.0.0.1")
+        and "Traceback" not in result.stderr
+    )
