@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.models.generation_backends import check_backend
 from llm_rl.run_folder import stage_folder
 from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
 
@@ -251,6 +252,8 @@ def check_cross_fields(recipe: Recipe, where: str) -> None:
             f"generation.max_new_tokens ({generation.max_new_tokens})",
             where=where,
         )
+    with naming(where):
+        check_backend(generation.backend, generation.min_new_tokens)
     if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
         raise RecipeError("early_stopping.patience must be at least 1", where=where)
     every = recipe.evaluation.every
