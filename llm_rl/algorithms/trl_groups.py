@@ -6,6 +6,14 @@ keys; the recipe checks, the mapping of the shared sections, the trainer with ll
 what `plan`, `doctor` and `migrate` ask of a group algorithm are here, once. The TRL trainer classes
 are imported only when a trainer is built, so that the tools that ask an algorithm about a recipe
 never load one.
+
+Log-probs without full-vocabulary logits need no switch here: TRL 1.16's GRPO and RLOO trainers always
+patch the policy's (and the reference's) forward with a fused LM head (`trl.trainer.utils.add_fused_lm_head`):
+`_get_per_token_logps_and_entropies` calls it with `fused_lm_head=True`, and it projects the final
+hidden states of the completion positions through the head in tiles, with a custom backward
+(`_ChunkedLogProbFunction`), so no batch x length x vocabulary tensor is made. Its only option,
+`cast_lm_head_to_fp32`, is a `grpo:`/`rloo:` key like any other. (Liger's fused linear cross-entropy
+is refused by TRL for the same reason.) llm_rl's PPO does the same in `llm_rl.algorithms.ppo.forward`.
 """
 
 from __future__ import annotations

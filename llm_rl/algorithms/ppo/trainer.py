@@ -41,7 +41,7 @@ from transformers.integrations.deepspeed import deepspeed_init, deepspeed_load_c
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_callback import ExportableState
 from trl.models.utils import prepare_deepspeed
-from trl.trainer.utils import disable_dropout_in_model, selective_log_softmax_and_entropy
+from trl.trainer.utils import disable_dropout_in_model
 
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
@@ -440,14 +440,11 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         one micro-batch, with its statistics under TRL's PPO names."""
         settings = self.settings
         ids, attention = batch.sequences()
-        logits, values = self.model_wrapped(
-            **model_inputs(ids, attention, self.sampling.pad_token_id), width=batch.width
-        )
-        logprobs, entropy = selective_log_softmax_and_entropy(
-            logits,
-            batch.completion_ids,
-            entropy_requires_grad=settings.entropy_coef > 0,
+        logprobs, entropy, values = self.model_wrapped(
+            **model_inputs(ids, attention, self.sampling.pad_token_id),
+            tokens=batch.completion_ids,
             temperature=self.sampling.temperature,
+            entropy_requires_grad=settings.entropy_coef > 0,
         )
         response_mask, value_mask = batch.response_mask, batch.value_mask
         policy = core.clipped_policy_loss(
