@@ -11,8 +11,8 @@ Log-probs without full-vocabulary logits need no switch here: TRL 1.16's GRPO an
 patch the policy's (and the reference's) forward with a fused LM head (`trl.trainer.utils.add_fused_lm_head`):
 `_get_per_token_logps_and_entropies` calls it with `fused_lm_head=True`, and it projects the final
 hidden states of the completion positions through the head in tiles, with a custom backward
-(`_ChunkedLogProbFunction`), so no batch x length x vocabulary tensor is made. Its only option,
-`cast_lm_head_to_fp32`, is a `grpo:`/`rloo:` key like any other. (Liger's fused linear cross-entropy
+(`_ChunkedLogProbFunction`), so no batch x length x vocabulary tensor is made. Its one option,
+`grpo.cast_lm_head_to_fp32` (GRPO only; RLOOConfig has no such field), passes through like any other key. (Liger's fused linear cross-entropy
 is refused by TRL for the same reason.) llm_rl's PPO does the same in `llm_rl.algorithms.ppo.forward`.
 """
 

@@ -125,23 +125,29 @@ class HFGenerator:
         self.gather_zero3 = gather_zero3
         self.policy_of = policy_of
 
-    @torch.no_grad()
-    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
-        config = self.sampling.generation_config()
-        width = prompt_ids.shape[1]
-        chunks = []
+    @contextmanager
+    def generating_policy(self, config: GenerationConfig) -> Iterator[torch.nn.Module]:
+        """The policy, unwrapped for generation (gathered under ZeRO-3), with `config` standing in for its own."""
         with unwrap_model_for_generation(
             self.model(), self.accelerator, gather_deepspeed3_params=self.gather_zero3
         ) as unwrapped:
             policy = self.policy_of(unwrapped)
             with sampling_only(policy, config):
-                for start in range(0, prompt_ids.shape[0], self.chunk_size):
-                    sequences = policy.generate(
-                        input_ids=prompt_ids[start : start + self.chunk_size],
-                        attention_mask=prompt_mask[start : start + self.chunk_size],
-                        generation_config=config,
-                    )
-                    chunks.append(sequences[:, width:])
+                yield policy
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
+        config = self.sampling.generation_config()
+        width = prompt_ids.shape[1]
+        chunks = []
+        with self.generating_policy(config) as policy:
+            for start in range(0, prompt_ids.shape[0], self.chunk_size):
+                sequences = policy.generate(
+                    input_ids=prompt_ids[start : start + self.chunk_size],
+                    attention_mask=prompt_mask[start : start + self.chunk_size],
+                    generation_config=config,
+                )
+                chunks.append(sequences[:, width:])
         return Completions(padded_completions(chunks, self.sampling))
 
     def weights_updated(self) -> None:
@@ -172,19 +178,15 @@ class PagedGenerator(HFGenerator):
         config = self.sampling.generation_config()
         prompts = [ids[mask].tolist() for ids, mask in zip(prompt_ids, prompt_mask.bool(), strict=True)]
         rows = []
-        with unwrap_model_for_generation(
-            self.model(), self.accelerator, gather_deepspeed3_params=self.gather_zero3
-        ) as unwrapped:
-            policy = self.policy_of(unwrapped)
-            with sampling_only(policy, config):
-                for start in range(0, len(prompts), self.chunk_size):
-                    chunk = prompts[start : start + self.chunk_size]
-                    outputs = policy.generate_batch(chunk, generation_config=config, progress_bar=False)
-                    # Requests are numbered req_<n> in the order given; the answer comes in the order they ended.
-                    ordered = sorted(
-                        outputs.values(), key=lambda output: int(output.request_id.rsplit("_", 1)[1])
-                    )
-                    rows += [torch.tensor(output.generated_tokens, dtype=torch.long) for output in ordered]
+        with self.generating_policy(config) as policy:
+            for start in range(0, len(prompts), self.chunk_size):
+                chunk = prompts[start : start + self.chunk_size]
+                outputs = policy.generate_batch(chunk, generation_config=config, progress_bar=False)
+                # Requests are numbered req_<n> in the order given; the answer comes in the order they ended.
+                ordered = sorted(
+                    outputs.values(), key=lambda output: int(output.request_id.rsplit("_", 1)[1])
+                )
+                rows += [torch.tensor(output.generated_tokens, dtype=torch.long) for output in ordered]
         return Completions(padded_completions(rows, self.sampling).to(prompt_ids.device))
 
 
