@@ -256,21 +256,23 @@ def test_greedy_completions_are_the_same_with_every_backend(tmp_path: Path, back
 
 
 @pytest.mark.slow
-def test_sampled_completions_match_in_length_and_reward_with_the_static_backend(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_sampled_completions_match_in_length_and_reward_with_every_backend(
+    tmp_path: Path, backend: str
+) -> None:
     """Sampling at temperature 1: mean length and exact-match rate agree within noise (128 samples a side)."""
     sampled = ("training.per_device_batch_size=64", "generation.max_new_tokens=6")
     statistics = {}
-    for backend in ("hf", "static"):
-        completions = completions_of_run(tmp_path, backend, *sampled)
+    for name in ("hf", backend):
+        completions = completions_of_run(tmp_path, name, *sampled)
         rewards = [
-            json.loads(line)["rewards/accuracy/mean"]
-            for line in (tmp_path / backend / "metrics.jsonl").open()
+            json.loads(line)["rewards/accuracy/mean"] for line in (tmp_path / name / "metrics.jsonl").open()
         ]
-        statistics[backend] = (sum(map(len, completions)) / len(completions), sum(rewards) / len(rewards))
-    (hf_length, hf_reward), (static_length, static_reward) = statistics["hf"], statistics["static"]
-    assert abs(hf_length - static_length) < 0.5, statistics
+        statistics[name] = (sum(map(len, completions)) / len(completions), sum(rewards) / len(rewards))
+    (hf_length, hf_reward), (other_length, other_reward) = statistics["hf"], statistics[backend]
+    assert abs(hf_length - other_length) < 0.5, statistics
     # Two means of 128 Bernoulli draws differ by at most about 0.06 x 4 unless the distribution changed.
-    assert abs(hf_reward - static_reward) < 0.25, statistics
+    assert abs(hf_reward - other_reward) < 0.25, statistics
 
 
 @pytest.mark.parametrize(

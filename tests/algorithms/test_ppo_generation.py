@@ -135,7 +135,8 @@ def test_greedy_completions_are_the_same_with_every_backend(policy, prompts, bac
 
 
 @pytest.mark.slow
-def test_sampled_completions_match_in_length_and_ending_with_the_static_backend(policy) -> None:
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_sampled_completions_match_in_length_and_ending_with_every_backend(policy, backend: str) -> None:
     """At temperature 1 over 192 prompts, mean length and the share that end agree within noise."""
     tokenizer = build_tokenizer()
     eos = tokenizer.eos_token_id
@@ -143,9 +144,9 @@ def test_sampled_completions_match_in_length_and_ending_with_the_static_backend(
     batch = tokenizer.pad({"input_ids": [tokenizer(text)["input_ids"] for text in texts]})
     many = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"]).bool()
     statistics = {}
-    for backend in ("hf", "static"):
-        completions = generate(policy, many, chunk_size=64, seed=1, backend=backend, stop_token_ids=[eos])
+    for name in ("hf", backend):
+        completions = generate(policy, many, chunk_size=64, seed=1, backend=name, stop_token_ids=[eos])
         lengths = response_lengths(completions, [eos]).float() + 1
-        statistics[backend] = (lengths.mean().item(), (completions == eos).any(1).float().mean().item())
-    assert abs(statistics["hf"][0] - statistics["static"][0]) < 0.3, statistics
-    assert abs(statistics["hf"][1] - statistics["static"][1]) < 0.15, statistics
+        statistics[name] = (lengths.mean().item(), (completions == eos).any(1).float().mean().item())
+    assert abs(statistics["hf"][0] - statistics[backend][0]) < 0.3, statistics
+    assert abs(statistics["hf"][1] - statistics[backend][1]) < 0.15, statistics
