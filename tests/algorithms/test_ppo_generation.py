@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -126,7 +127,10 @@ def test_greedy_completions_are_the_same_with_every_backend(policy, prompts, bac
     eos = build_tokenizer().eos_token_id
     greedy = {"top_k": 1, "stop_token_ids": [eos], "max_new_tokens": 8}
     plain = generate(policy, prompts, **greedy)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert torch.equal(generate(policy, prompts, backend=backend, **greedy), plain)
+    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+    assert (compiled > 0) == (backend == "static"), "static compiles its forward, and only static"
     # No stop token: every completion runs to the length limit on each backend alike.
     endless = {**greedy, "stop_token_ids": []}
     assert torch.equal(
