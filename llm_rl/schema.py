@@ -154,6 +154,15 @@ class GenerationSection(Section):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
+    # How completions are generated, for every algorithm (`llm_rl.models.generation_backends`): "hf"
+    # transformers' generate with a dynamic cache; "static" a static KV cache with transformers' compiled
+    # generation; "paged" transformers' continuous batching; "auto" the fastest that this host runs
+    # (measured: hf on CPU). "vllm" is refused: not installed or tested here.
+    backend: Literal["auto", "hf", "static", "paged", "vllm"] = "auto"
+    # Sequences generated at once on one device (the rollout batch), apart from the training micro-batch
+    # (training.per_device_batch_size); None: each algorithm's own (GRPO and RLOO: one update's
+    # completions; PPO: ppo.local_rollout_forward_batch_size).
+    batch_size: int | None = Field(None, gt=0)
 
 
 class TrainingSection(Section):

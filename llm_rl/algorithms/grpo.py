@@ -43,6 +43,7 @@ def check_section(section: dict[str, Any], recipe: Recipe) -> None:
 
 
 def check_recipe(recipe: Recipe) -> None:
+    trl_groups.check_generation(recipe, NAME)
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
 

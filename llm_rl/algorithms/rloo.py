@@ -54,6 +54,7 @@ def check_recipe(recipe: Recipe) -> None:
             "advantages.normalize: 'group' divides by each group's reward spread, which RLOO does not do: "
             "use 'batch' (RLOO's normalize_advantages) or 'none'"
         )
+    trl_groups.check_generation(recipe, NAME)
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
 

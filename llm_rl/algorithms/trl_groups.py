@@ -6,6 +6,14 @@ keys; the recipe checks, the mapping of the shared sections, the trainer with ll
 what `plan`, `doctor` and `migrate` ask of a group algorithm are here, once. The TRL trainer classes
 are imported only when a trainer is built, so that the tools that ask an algorithm about a recipe
 never load one.
+
+Log-probs without full-vocabulary logits need no switch here: TRL 1.16's GRPO and RLOO trainers always
+patch the policy's (and the reference's) forward with a fused LM head (`trl.trainer.utils.add_fused_lm_head`):
+`_get_per_token_logps_and_entropies` calls it with `fused_lm_head=True`, and it projects the final
+hidden states of the completion positions through the head in tiles, with a custom backward
+(`_ChunkedLogProbFunction`), so no batch x length x vocabulary tensor is made. Its one option,
+`grpo.cast_lm_head_to_fp32` (GRPO only; RLOOConfig has no such field), passes through like any other key. (Liger's fused linear cross-entropy
+is refused by TRL for the same reason.) llm_rl's PPO does the same in `llm_rl.algorithms.ppo.forward`.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_rl.algorithms.base import Counterpart
 from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.models.generation_backends import resolve_backend, with_backend
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
 from llm_rl.training.checkpoints import StagedCheckpoints
@@ -97,6 +106,42 @@ def group_size(section: dict[str, Any], default: int) -> Any:
     return section.get("num_generations", default)
 
 
+# The TRL fields `generation.backend` sets, and those `generation.batch_size` sets.
+BACKEND_FIELDS = (
+    "cache_implementation",
+    "use_transformers_continuous_batching",
+    "use_transformers_paged",
+    "use_vllm",
+)
+BATCH_FIELDS = ("generation_batch_size", "steps_per_generation")
+
+
+def check_generation(recipe: Recipe, name: str) -> None:
+    """`generation.backend` and `generation.batch_size` against the section's own TRL keys for the same
+    thing, and the rollout batch against the training micro-batch.
+
+    `generation.batch_size` is TRL's `generation_batch_size` per process: completions generated at once,
+    which TRL then trains on in `generation.batch_size / training.per_device_batch_size` micro-batches
+    (its `steps_per_generation`), so it must hold whole micro-batches.
+    """
+    section, generation = recipe.section(name), recipe.generation
+    if generation.backend != "auto":
+        for key in BACKEND_FIELDS:
+            if key in section:
+                raise RecipeError(f"generation.backend and {name}.{key} both set: keep generation.backend")
+    if generation.batch_size is None:
+        return
+    for key in BATCH_FIELDS:
+        if key in section:
+            raise RecipeError(f"generation.batch_size and {name}.{key} both set: keep generation.batch_size")
+    micro = recipe.training.per_device_batch_size
+    if generation.batch_size % micro:
+        raise RecipeError(
+            f"generation.batch_size ({generation.batch_size}) must be a multiple of training.per_device_batch_size "
+            f"({micro}): TRL trains on each generated batch in whole micro-batches"
+        )
+
+
 def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
     """The group needs two completions at least, and the generation batch must hold whole groups."""
     section = recipe.section(name)
@@ -105,16 +150,12 @@ def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
         raise RecipeError(
             f"{name}.num_generations: must be an integer of at least 2 (advantages are relative to the group)"
         )
-    training = recipe.training
-    steps_per_generation = section.get("steps_per_generation") or training.gradient_accumulation_steps
     processes = world_size()
-    generation_batch = section.get("generation_batch_size") or (
-        training.per_device_batch_size * steps_per_generation * processes
-    )
-    if generation_batch % group:
+    batch = section.get("generation_batch_size") or generation_batch(recipe, name) * processes
+    if batch % group:
         raise RecipeError(
-            f"{name}.num_generations: the generation batch of {generation_batch} completions "
-            f"(training.per_device_batch_size x steps per generation x {processes} processes) is not "
+            f"{name}.num_generations: the generation batch of {batch} completions (generation.batch_size, or "
+            f"training.per_device_batch_size x steps per generation, x {processes} processes) is not "
             f"a multiple of the group size {group}; each prompt's {group} completions must be generated together"
         )
 
@@ -164,6 +205,7 @@ def trainer_config(
         top_k=generation.top_k,
         reward_weights=[entry.weight for entry in recipe.rewards],
         trust_remote_code=recipe.model.trust_remote_code,
+        **generation_fields(recipe),
     )
     fields.update(advantage_fields)
     fields.update(recipe.section(name))
@@ -177,6 +219,37 @@ def trainer_config(
         return config_class(**fields)
     except (ValueError, TypeError) as err:
         raise RecipeError(f"{name}: TRL's {config_class.__name__} rejects these settings: {err}") from None
+
+
+def generation_fields(recipe: Recipe) -> dict[str, Any]:
+    """TRL's fields for `generation.backend` and `generation.batch_size`.
+
+    `static` is TRL's `cache_implementation`; TRL builds its `GenerationConfig` with compilation off, so
+    `build_trainer` turns transformers' compiled generation on afterwards (`compiled_generation`).
+    `paged` is TRL's `use_transformers_continuous_batching`.
+    """
+    generation = recipe.generation
+    fields: dict[str, Any] = {}
+    backend = resolve_backend(generation.backend)
+    if backend == "static":
+        fields["cache_implementation"] = "static"
+    elif backend == "paged":
+        fields["use_transformers_continuous_batching"] = True
+    if generation.batch_size is not None:
+        fields["generation_batch_size"] = generation.batch_size * world_size()
+    return fields
+
+
+def compiled_generation(trainer: Trainer, recipe: Recipe) -> None:
+    """Turn on transformers' compiled generation in a TRL trainer built with `cache_implementation: static`.
+
+    TRL 1.16 builds its `GenerationConfig(..., disable_compile=True)` whatever the cache; a static cache
+    without compilation is the slow half of the backend.
+    """
+    backend = resolve_backend(recipe.generation.backend)
+    config = getattr(trainer, "generation_config", None)
+    if backend == "static" and config is not None:
+        with_backend(config, backend)
 
 
 def check_router_aux_loss(recipe: Recipe, name: str, policy: PreTrainedModel) -> None:
@@ -239,7 +312,7 @@ def build_trainer(
     """A ready-to-train TRL group trainer over the recipe's prompts and reward functions."""
     from llm_rl.models.lora import peft_config
 
-    return with_group_metrics(trainer_class)(
+    trainer = with_group_metrics(trainer_class)(
         model=components.policy,
         reward_funcs=list(components.rewards.functions),
         args=config,
@@ -249,6 +322,8 @@ def build_trainer(
         peft_config=peft_config(components.recipe.model.lora),
         held_out=components.held_out,
     )
+    compiled_generation(trainer, components.recipe)
+    return trainer
 
 
 def apply_setting(trainer: Any, name: str, key: str, value: float) -> None:
@@ -273,8 +348,11 @@ def apply_setting(trainer: Any, name: str, key: str, value: float) -> None:
 
 
 def generation_batch(recipe: Recipe, name: str) -> int:
-    """Sequences generated at once on one GPU: a micro-batch for each step of a generation."""
+    """Sequences generated at once on one GPU: `generation.batch_size`, or a micro-batch for each step of a
+    generation."""
     training = recipe.training
+    if recipe.generation.batch_size is not None:
+        return recipe.generation.batch_size
     return training.per_device_batch_size * (
         recipe.section(name).get("steps_per_generation") or training.gradient_accumulation_steps
     )

@@ -23,6 +23,7 @@ from trl.import_utils import is_vllm_available
 
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.models.generation_backends import check_backend
 from llm_rl.run_folder import stage_folder
 from llm_rl.schema import SHARED_TRL_FIELDS, DataSection, Recipe
 
@@ -291,6 +292,8 @@ def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> N
             f"generation.max_new_tokens ({generation.max_new_tokens})",
             where=where,
         )
+    with naming(where):
+        check_backend(generation.backend, generation.min_new_tokens)
     if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
         raise RecipeError("early_stopping.patience must be at least 1", where=where)
     every = recipe.evaluation.every

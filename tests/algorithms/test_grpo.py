@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -214,3 +215,106 @@ def test_grpo_normalisation_reaches_trl(choice: str) -> None:
 
     recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [f"advantages.normalize={choice}"])
     assert trainer_config(recipe).scale_rewards == choice
+
+
+# --- generation backends: how completions are generated, never what ---
+
+RECORDED: list[list[str]] = []
+
+
+def recorded_completions(completions: list[str], **kwargs) -> list[float]:
+    """A reward that keeps every batch of completions it is given, for the backend tests; it scores 0."""
+    RECORDED.append(list(completions))
+    return [0.0] * len(completions)
+
+
+def completions_of_run(output: Path, backend: str, *overrides: str) -> list[str]:
+    """Every completion two GRPO updates of the embedded recipe generated with `backend`."""
+    from tests.conftest import short_grpo_run
+
+    RECORDED.clear()
+    rewards = "[{name: accuracy, mode: exact}, {name: 'tests.algorithms.test_grpo:recorded_completions'}]"
+    short_grpo_run(output / backend, f"generation.backend={backend}", f"rewards={rewards}", *overrides)
+    return [completion for batch in RECORDED for completion in batch]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_greedy_completions_are_the_same_with_every_backend(tmp_path: Path, backend: str) -> None:
+    """top_k 1 samples the argmax: the backend must not change a single completion."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    greedy = ("generation.top_k=1", "generation.max_new_tokens=6")
+    plain = completions_of_run(tmp_path, "hf", *greedy)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    other = completions_of_run(tmp_path, backend, *greedy)
+    assert len(plain) == 2 * 16 and other == plain
+    if backend == "static":
+        compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+        assert compiled > 0, "static generation compiled nothing"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_sampled_completions_match_in_length_and_reward_with_every_backend(
+    tmp_path: Path, backend: str
+) -> None:
+    """Sampling at temperature 1: mean length and exact-match rate agree within noise (128 samples a side)."""
+    sampled = ("training.per_device_batch_size=64", "generation.max_new_tokens=6")
+    statistics = {}
+    for name in ("hf", backend):
+        completions = completions_of_run(tmp_path, name, *sampled)
+        rewards = [
+            json.loads(line)["rewards/accuracy/mean"] for line in (tmp_path / name / "metrics.jsonl").open()
+        ]
+        statistics[name] = (sum(map(len, completions)) / len(completions), sum(rewards) / len(rewards))
+    (hf_length, hf_reward), (other_length, other_reward) = statistics["hf"], statistics[backend]
+    assert abs(hf_length - other_length) < 0.5, statistics
+    # Two means of 128 Bernoulli draws differ by at most about 0.06 x 4 unless the distribution changed.
+    assert abs(hf_reward - other_reward) < 0.25, statistics
+
+
+@pytest.mark.parametrize(
+    ("backend", "fields"),
+    [
+        ("static", {"cache_implementation": "static", "use_transformers_continuous_batching": False}),
+        ("paged", {"cache_implementation": None, "use_transformers_continuous_batching": True}),
+        ("hf", {"cache_implementation": None, "use_transformers_continuous_batching": False}),
+    ],
+)
+def test_generation_backend_reaches_trl(tmp_path: Path, backend: str, fields: dict) -> None:
+    recipe = load_recipe(
+        REPO / "recipes" / "arithmetic" / "grpo.yaml",
+        [f"generation.backend={backend}", "generation.batch_size=128", f"run.output_dir={tmp_path}"],
+    )
+    config = trainer_config(recipe)
+    assert {key: getattr(config, key) for key in fields} == fields
+    # generation.batch_size is TRL's generation batch per process: two micro-batches of 64 per generation.
+    assert (config.generation_batch_size, config.steps_per_generation) == (128, 2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["generation.batch_size=96"],
+            "generation.batch_size (96) must be a multiple of training.per_device_batch_size",
+        ),
+        (
+            ["generation.batch_size=128", "grpo.steps_per_generation=2"],
+            "generation.batch_size and grpo.steps_per_generation",
+        ),
+        (
+            ["generation.backend=static", "grpo.cache_implementation=static"],
+            "generation.backend and grpo.cache_implementation",
+        ),
+    ],
+)
+def test_generation_keys_that_conflict_are_refused(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    from llm_rl.errors import RecipeError
+
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [*overrides, f"run.output_dir={tmp_path}"])

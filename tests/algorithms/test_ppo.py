@@ -639,3 +639,26 @@ def test_ppo_refuses_a_deepspeed_optimizer_that_would_replace_its_own(
         RecipeError, match="the DeepSpeed config sets optimizer, which would replace PPO's own"
     ):
         ppo.trainer_config(recipe)
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation backends and the rollout batch
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_ppo_trains_with_each_generation_backend(tmp_path: Path, backend: str) -> None:
+    """Two updates whose rollouts are generated 8 prompts a call by the backend."""
+    recipe = small_ppo_recipe(tmp_path, f"generation.backend={backend}", "generation.batch_size=8")
+    trainer, _ = build_ppo_trainer(recipe)
+    assert (trainer.sampling.backend, trainer.generation_chunk_size) == (backend, 8)
+    trainer.train()
+    assert trainer.state.global_step == 2
+
+
+def test_ppo_rollout_batch_defaults_to_the_forward_chunk_and_is_capped_by_the_rollout(tmp_path: Path) -> None:
+    assert ppo.generation_batch(small_ppo_recipe(tmp_path)) == 16
+    assert ppo.generation_batch(small_ppo_recipe(tmp_path, "generation.batch_size=4")) == 4
+    with pytest.raises(RecipeError, match=r"generation.batch_size \(32\) is above PPO's rollout batch of 16"):
+        small_ppo_recipe(tmp_path, "generation.batch_size=32")

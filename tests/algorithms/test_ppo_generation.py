@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.algorithms.ppo.generation import HFGenerator, SamplingSettings
+from llm_rl.algorithms.ppo.generation import HFGenerator, PagedGenerator, SamplingSettings, build_generator
 from llm_rl.algorithms.ppo.rollout import join_sequences
 from llm_rl.models.completions import response_lengths
 from llm_rl.models.tiny import build_tokenizer, tiny_model_path
@@ -28,7 +29,8 @@ def prompts() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"]).bool()
 
 
-def generate(policy, prompts, **settings) -> torch.Tensor:
+def generate(policy, prompts, chunk_size: int = 4, seed: int = 0, **settings) -> torch.Tensor:
+    """Completions from the generator `settings["backend"]` names (default hf)."""
     tokenizer = build_tokenizer()
     sampling = SamplingSettings(
         **{"max_new_tokens": 6, "temperature": 1.0, "pad_token_id": tokenizer.pad_token_id, **settings}
@@ -36,8 +38,8 @@ def generate(policy, prompts, **settings) -> torch.Tensor:
     wrapper = PolicyAndCritic(
         policy, AutoModelForSequenceClassification.from_pretrained(tiny_model_path(), num_labels=1)
     )
-    generator = HFGenerator(lambda: wrapper, Accelerator(cpu=True), sampling, chunk_size=4)
-    torch.manual_seed(0)
+    generator = build_generator(lambda: wrapper, Accelerator(cpu=True), sampling, chunk_size=chunk_size)
+    torch.manual_seed(seed)
     return generator.generate(*prompts).completion_ids
 
 
@@ -103,3 +105,52 @@ def test_the_model_generation_config_does_not_reshape_sampling(policy, prompts) 
     finally:
         policy.generation_config = saved
     assert torch.equal(plain, with_model_settings)
+
+
+# --- generation backends: how completions are generated, never what ---
+
+
+def test_each_backend_has_its_generator() -> None:
+    sampling = SamplingSettings(max_new_tokens=2, temperature=1.0)
+    for backend, generator_class in (("hf", HFGenerator), ("static", HFGenerator), ("paged", PagedGenerator)):
+        sampling.backend = backend
+        generator = build_generator(lambda: None, Accelerator(cpu=True), sampling, chunk_size=4)
+        assert type(generator) is generator_class
+    sampling.backend = "static"
+    assert sampling.generation_config().cache_implementation == "static"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_greedy_completions_are_the_same_with_every_backend(policy, prompts, backend: str) -> None:
+    """top_k 1 samples the argmax: each backend gives the very tokens `hf` gives, stop and padding included."""
+    eos = build_tokenizer().eos_token_id
+    greedy = {"top_k": 1, "stop_token_ids": [eos], "max_new_tokens": 8}
+    plain = generate(policy, prompts, **greedy)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert torch.equal(generate(policy, prompts, backend=backend, **greedy), plain)
+    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+    assert (compiled > 0) == (backend == "static"), "static compiles its forward, and only static"
+    # No stop token: every completion runs to the length limit on each backend alike.
+    endless = {**greedy, "stop_token_ids": []}
+    assert torch.equal(
+        generate(policy, prompts, backend=backend, **endless), generate(policy, prompts, **endless)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["static", "paged"])
+def test_sampled_completions_match_in_length_and_ending_with_every_backend(policy, backend: str) -> None:
+    """At temperature 1 over 192 prompts, mean length and the share that end agree within noise."""
+    tokenizer = build_tokenizer()
+    eos = tokenizer.eos_token_id
+    texts = [f"{a}+{b}=" for a in range(8) for b in range(8)] * 3
+    batch = tokenizer.pad({"input_ids": [tokenizer(text)["input_ids"] for text in texts]})
+    many = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"]).bool()
+    statistics = {}
+    for name in ("hf", backend):
+        completions = generate(policy, many, chunk_size=64, seed=1, backend=name, stop_token_ids=[eos])
+        lengths = response_lengths(completions, [eos]).float() + 1
+        statistics[name] = (lengths.mean().item(), (completions == eos).any(1).float().mean().item())
+    assert abs(statistics["hf"][0] - statistics[backend][0]) < 0.3, statistics
+    assert abs(statistics["hf"][1] - statistics[backend][1]) < 0.15, statistics

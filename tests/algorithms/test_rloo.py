@@ -56,6 +56,16 @@ def test_rloo_section_and_shared_sections_reach_the_trl_config() -> None:
     assert samples_per_step(rloo_recipe("rloo.num_iterations=2")) == 32
 
 
+def test_generation_backend_and_rollout_batch_reach_the_trl_config() -> None:
+    """RLOO shares GRPO's mapping: static is TRL's static cache, paged its continuous batching, and the
+    rollout batch TRL's generation batch (in whole micro-batches)."""
+    static = trainer_config(rloo_recipe("generation.backend=static", "generation.batch_size=128"))
+    assert (static.cache_implementation, static.use_transformers_continuous_batching) == ("static", False)
+    assert (static.generation_batch_size, static.steps_per_generation) == (128, 2)
+    paged = trainer_config(rloo_recipe("generation.backend=paged"))
+    assert (paged.cache_implementation, paged.use_transformers_continuous_batching) == (None, True)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

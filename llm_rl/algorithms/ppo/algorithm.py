@@ -26,6 +26,7 @@ from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_se
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError, did_you_mean
 from llm_rl.models.completions import eos_token_ids
+from llm_rl.models.generation_backends import resolve_backend
 from llm_rl.models.load import load_policy
 from llm_rl.models.lora import peft_config
 from llm_rl.rewards.scoring import RewardAdapter
@@ -201,6 +202,13 @@ def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
             f"{local_batch} prompts per process (training.per_device_batch_size x gradient_accumulation_steps) "
             f"into {mini_batches} mini-batches of whole micro-batches of training.per_device_batch_size"
         )
+    batch_size = recipe.generation.batch_size
+    if batch_size is not None and batch_size > local_batch:
+        raise RecipeError(
+            f"generation.batch_size ({batch_size}) is above PPO's rollout batch of {local_batch} prompts per "
+            "process (training.per_device_batch_size x gradient_accumulation_steps): PPO generates one update's "
+            "prompts at a time; raise gradient_accumulation_steps to generate more at once"
+        )
     mini_batch = local_batch // mini_batches
     if (settings.whiten_rewards or recipe.advantages.whiten_rewards) and mini_batch < 8:
         raise RecipeError(
@@ -275,6 +283,7 @@ def sampling_settings(recipe: Recipe, settings: PPOSettings, components: Compone
         min_new_tokens=generation.min_new_tokens,
         stop_token_ids=stop_token_ids(settings, components),
         pad_token_id=components.tokenizer.pad_token_id,
+        backend=resolve_backend(generation.backend),
     )
 
 
@@ -304,6 +313,7 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> P
         callbacks=callbacks,
         peft_config=peft_config(recipe.model.lora),
         held_out=components.held_out,
+        generation_batch_size=recipe.generation.batch_size,
     )
 
 
@@ -335,8 +345,10 @@ def needs_reference(recipe: Recipe) -> bool:
 
 
 def generation_batch(recipe: Recipe) -> int:
-    """A rollout batch is generated `local_rollout_forward_batch_size` sequences at a time."""
-    return min(ppo_settings(recipe).local_rollout_forward_batch_size, rollout_batch(recipe))
+    """A rollout batch is generated `generation.batch_size` sequences at a time, by default
+    `local_rollout_forward_batch_size`."""
+    chunk = recipe.generation.batch_size or ppo_settings(recipe).local_rollout_forward_batch_size
+    return min(chunk, rollout_batch(recipe))
 
 
 # --- `llm-rl doctor` ---

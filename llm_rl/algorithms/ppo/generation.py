@@ -5,8 +5,10 @@ after its first stop token. The trainer computes the log-probabilities it trains
 same forward pass as the update, so that PPO's ratio compares like with like whatever generated the
 tokens; an engine that reports its own sampling log-probs may return them too.
 
-`HFGenerator` is transformers' `generate` on the training policy. A faster engine implements the same
-two methods.
+`HFGenerator` is transformers' `generate` on the training policy, with a dynamic cache (`hf`) or a
+static cache and compiled generation (`static`); `PagedGenerator` is transformers' continuous
+batching (`paged`); `build_generator` picks one by `generation.backend`. A faster engine implements
+the same two methods.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from transformers import GenerationConfig
 from trl.models.utils import unwrap_model_for_generation
 
 from llm_rl.models.completions import cut_after_stop
+from llm_rl.models.generation_backends import with_backend
 
 
 @dataclass
@@ -58,13 +61,15 @@ class SamplingSettings:
     # Token ids that end a completion; empty: only the length limit does.
     stop_token_ids: list[int] = field(default_factory=list)
     pad_token_id: int = 0
+    # The resolved `generation.backend` (hf, static or paged): how, never what, it samples.
+    backend: str = "hf"
 
     def generation_config(self) -> GenerationConfig:
-        """transformers' sampling configuration for these settings."""
+        """transformers' sampling configuration for these settings, with the backend's own fields."""
         extra: dict[str, Any] = {}
         if self.min_new_tokens is not None:
             extra["min_new_tokens"] = self.min_new_tokens
-        return GenerationConfig(
+        config = GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             do_sample=True,
             temperature=self.temperature,
@@ -74,6 +79,7 @@ class SamplingSettings:
             pad_token_id=self.pad_token_id,
             **extra,
         )
+        return with_backend(config, self.backend)
 
 
 @contextmanager
@@ -119,31 +125,78 @@ class HFGenerator:
         self.gather_zero3 = gather_zero3
         self.policy_of = policy_of
 
-    @torch.no_grad()
-    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
-        config = self.sampling.generation_config()
-        width = prompt_ids.shape[1]
-        chunks = []
+    @contextmanager
+    def generating_policy(self, config: GenerationConfig) -> Iterator[torch.nn.Module]:
+        """The policy, unwrapped for generation (gathered under ZeRO-3), with `config` standing in for its own."""
         with unwrap_model_for_generation(
             self.model(), self.accelerator, gather_deepspeed3_params=self.gather_zero3
         ) as unwrapped:
             policy = self.policy_of(unwrapped)
             with sampling_only(policy, config):
-                for start in range(0, prompt_ids.shape[0], self.chunk_size):
-                    sequences = policy.generate(
-                        input_ids=prompt_ids[start : start + self.chunk_size],
-                        attention_mask=prompt_mask[start : start + self.chunk_size],
-                        generation_config=config,
-                    )
-                    chunks.append(sequences[:, width:])
-        longest = max(chunk.shape[1] for chunk in chunks)
-        padded = torch.cat(
-            [
-                torch.nn.functional.pad(c, (0, longest - c.shape[1]), value=self.sampling.pad_token_id)
-                for c in chunks
-            ]
-        )
-        return Completions(cut_after_stop(padded, self.sampling.stop_token_ids, self.sampling.pad_token_id))
+                yield policy
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
+        config = self.sampling.generation_config()
+        width = prompt_ids.shape[1]
+        chunks = []
+        with self.generating_policy(config) as policy:
+            for start in range(0, prompt_ids.shape[0], self.chunk_size):
+                sequences = policy.generate(
+                    input_ids=prompt_ids[start : start + self.chunk_size],
+                    attention_mask=prompt_mask[start : start + self.chunk_size],
+                    generation_config=config,
+                )
+                chunks.append(sequences[:, width:])
+        return Completions(padded_completions(chunks, self.sampling))
 
     def weights_updated(self) -> None:
         """Nothing to do: generation reads the training weights themselves."""
+
+
+def padded_completions(rows: list[torch.Tensor], sampling: SamplingSettings) -> torch.Tensor:
+    """[batch, longest] completion ids from rows or blocks of rows of any width, padded on the right and cut
+    after each row's first stop token."""
+    blocks = [row if row.dim() == 2 else row[None] for row in rows]
+    longest = max(block.shape[1] for block in blocks)
+    padded = torch.cat(
+        [
+            torch.nn.functional.pad(block, (0, longest - block.shape[1]), value=sampling.pad_token_id)
+            for block in blocks
+        ]
+    )
+    return cut_after_stop(padded, sampling.stop_token_ids, sampling.pad_token_id)
+
+
+class PagedGenerator(HFGenerator):
+    """transformers' continuous batching (`generate_batch`) on the policy being trained: requests are
+    scheduled token by token over a paged KV cache, so no prompt is padded and a finished completion frees
+    its slot at once. `chunk_size` prompts are handed over a call."""
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
+        config = self.sampling.generation_config()
+        prompts = [ids[mask].tolist() for ids, mask in zip(prompt_ids, prompt_mask.bool(), strict=True)]
+        rows = []
+        with self.generating_policy(config) as policy:
+            for start in range(0, len(prompts), self.chunk_size):
+                chunk = prompts[start : start + self.chunk_size]
+                outputs = policy.generate_batch(chunk, generation_config=config, progress_bar=False)
+                # Requests are numbered req_<n> in the order given; the answer comes in the order they ended.
+                ordered = sorted(
+                    outputs.values(), key=lambda output: int(output.request_id.rsplit("_", 1)[1])
+                )
+                rows += [torch.tensor(output.generated_tokens, dtype=torch.long) for output in ordered]
+        return Completions(padded_completions(rows, self.sampling).to(prompt_ids.device))
+
+
+def build_generator(
+    model: Callable[[], torch.nn.Module],
+    accelerator: Accelerator,
+    sampling: SamplingSettings,
+    chunk_size: int,
+    gather_zero3: bool = True,
+) -> Generator:
+    """The generator for `sampling.backend`: continuous batching for `paged`, `generate` otherwise."""
+    generator_class = PagedGenerator if sampling.backend == "paged" else HFGenerator
+    return generator_class(model, accelerator, sampling, chunk_size, gather_zero3=gather_zero3)

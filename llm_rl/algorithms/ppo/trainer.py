@@ -41,11 +41,11 @@ from transformers.integrations.deepspeed import deepspeed_init, deepspeed_load_c
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_callback import ExportableState
 from trl.models.utils import prepare_deepspeed
-from trl.trainer.utils import disable_dropout_in_model, selective_log_softmax_and_entropy
+from trl.trainer.utils import disable_dropout_in_model
 
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.algorithms.ppo.generation import Generator, HFGenerator, SamplingSettings
+from llm_rl.algorithms.ppo.generation import Generator, SamplingSettings, build_generator
 from llm_rl.algorithms.ppo.rollout import (
     AdvantageSettings,
     Rollout,
@@ -84,10 +84,13 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         callbacks: list | None = None,
         peft_config: Any = None,
         held_out: HeldOutReward | None = None,
+        generation_batch_size: int | None = None,
     ) -> None:
         """`args` is a `TrainingArguments` whose `gradient_accumulation_steps` counts the micro-batches of one
         mini-batch; `prompts` has `input_ids` and `row_index`; `reference` is None with LoRA (the policy
-        with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders."""
+        with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders;
+        `generation_batch_size` (`generation.batch_size`) prompts go to each generate call, by default
+        the no-grad forward's chunk."""
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -115,11 +118,12 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         self.saved_tokenizer = saved_tokenizer or tokenizer
         self.held_out = held_out
         self.reference = self.prepare_reference(reference)
-        self.generator: Generator = HFGenerator(
+        self.generation_batch_size = generation_batch_size
+        self.generator: Generator = build_generator(
             lambda: self.model_wrapped,
             self.accelerator,
             sampling,
-            chunk_size=self.forward_chunk_size,
+            chunk_size=self.generation_chunk_size,
             gather_zero3=settings.ds3_gather_for_generation,
         )
         self._clip_groups: dict[str, list[torch.nn.Parameter]] | None = None
@@ -141,6 +145,11 @@ class PPOTrainer(StagedCheckpoints, Trainer):
     @property
     def forward_chunk_size(self) -> int:
         return min(self.settings.local_rollout_forward_batch_size, self.local_batch_size)
+
+    @property
+    def generation_chunk_size(self) -> int:
+        """Prompts per generate call: `generation.batch_size`, or the no-grad forward's chunk."""
+        return min(self.generation_batch_size or self.forward_chunk_size, self.local_batch_size)
 
     def prepare_reference(self, reference: PreTrainedModel | None) -> PreTrainedModel | None:
         """The frozen reference model on this process's device (sharded with the policy under ZeRO-3)."""
@@ -431,14 +440,11 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         one micro-batch, with its statistics under TRL's PPO names."""
         settings = self.settings
         ids, attention = batch.sequences()
-        logits, values = self.model_wrapped(
-            **model_inputs(ids, attention, self.sampling.pad_token_id), width=batch.width
-        )
-        logprobs, entropy = selective_log_softmax_and_entropy(
-            logits,
-            batch.completion_ids,
-            entropy_requires_grad=settings.entropy_coef > 0,
+        logprobs, entropy, values = self.model_wrapped(
+            **model_inputs(ids, attention, self.sampling.pad_token_id),
+            tokens=batch.completion_ids,
             temperature=self.sampling.temperature,
+            entropy_requires_grad=settings.entropy_coef > 0,
         )
         response_mask, value_mask = batch.response_mask, batch.value_mask
         policy = core.clipped_policy_loss(
