@@ -203,6 +203,7 @@ def run_raw_grpo(recipe) -> StepTimer:
     from trl import GRPOTrainer
 
     from llm_rl.algorithms.grpo import trainer_config
+    from llm_rl.algorithms.trl_groups import compiled_generation
     from llm_rl.data.tasks import build_arithmetic
     from llm_rl.models.load import model_dtype, resolve_model_path
 
@@ -220,15 +221,18 @@ def run_raw_grpo(recipe) -> StepTimer:
         processing_class=tokenizer,
         callbacks=[timer],
     )
+    # The same generation backend: with `static`, the compile switch a TRL user sets by hand.
+    compiled_generation(trainer, recipe)
     trainer.train()
     return timer
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one measurement described by `spec` and return its numbers."""
+    """Run one measurement described by `spec` and return its numbers (PPO sides score with a reward
+    model when the spec names one)."""
     output = Path(spec["output"])
     extra = list(spec.get("overrides", []))
-    if spec["side"].startswith("ppo"):
+    if spec["side"].startswith("ppo") and spec.get("reward_model"):
         extra.append(f"rewards=[{{name: reward_model, path: '{spec['reward_model']}'}}]")
     algorithm = spec["side"].split("-")[0]
     recipe = recipe_for(algorithm, output, spec["steps"], extra)
