@@ -500,7 +500,9 @@ def one_job(
     header: dict[str, Any], parameters: dict[str, int],
 ) -> tuple[Record, dict[str, Any]]:  # fmt: skip
     """Build the job's model if not yet built, plan its recipe (or learn it is refused), and run it."""
-    model = build_model(job.size)
+    building = time.monotonic()
+    model = build_model(job.size)  # cached after the first build
+    build_seconds = time.monotonic() - building
     output = work / job.name
     overrides = job_overrides(job, model, args, on_gpu)
     try:
@@ -513,6 +515,7 @@ def one_job(
         layers, hidden = SIZES[job.size]
         header["models"][job.size] = {
             "layers": layers, "hidden": hidden, "parameters": count, "weight_bytes": weight_bytes,
+            "build_or_load_seconds": build_seconds,
             "decode_bound_tokens_per_second": decode_bound(
                 args.batch, header["bandwidth_bytes_per_second"], weight_bytes
             ),

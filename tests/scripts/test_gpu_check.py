@@ -102,7 +102,7 @@ def table_rows(stdout: str) -> dict[str, list[str]]:
     return rows
 
 
-BUDGET = 90
+BUDGET = 45
 
 
 def test_cpu_run_fills_the_table_and_json_and_ends_within_its_budget(tmp_path: Path) -> None:
