@@ -41,6 +41,10 @@ def add_recipe_arguments(parser: argparse.ArgumentParser, recipe_positional: boo
 
 def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command, turning errors into the documented exit codes and one line on stderr."""
+    from llm_rl.monitoring.progress import bars_wanted, without_bars
+
+    if not bars_wanted(True):  # output to a file or a pipe: the lines without the libraries' bars
+        without_bars()
     try:
         return command(args)
     except UserInputError as err:

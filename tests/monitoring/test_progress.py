@@ -60,3 +60,12 @@ def test_a_terminal_keeps_the_progress_bar(tmp_path: Path) -> None:
     text = written.decode(errors="replace").replace("\r\n", "\n")  # the terminal's own line ends
     assert "\r" in text and "4/4" in text
     assert "completed: 4 steps" in text
+
+
+def test_every_command_piped_prints_no_bar_frames(tmp_path: Path) -> None:
+    """`llm-rl validate` loads the model and tokenizes prompts, which draw bars at a terminal."""
+    command = [sys.executable, "-m", "llm_rl.cli", "validate", "recipes/arithmetic/ppo.yaml"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, timeout=300, env=os.environ.copy())
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"\r" not in result.stdout + result.stderr
+    assert "recipe OK: PPO" in result.stdout.decode()
