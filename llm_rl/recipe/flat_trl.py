@@ -264,9 +264,10 @@ def import_mixture(flat: dict[str, Any], out: Migration) -> None:
     trl_style = bool(flat.get("datasets"))
     key = "datasets" if trl_style else "dataset_mixture"
     entries = flat["datasets"] if trl_style else flat["dataset_mixture"]["datasets"]
+    listed_under = "datasets" if trl_style else "dataset_mixture.datasets"
     sources = []
     for index, entry in enumerate(entries):
-        where = f"{key}[{index}]" if trl_style else f"dataset_mixture.datasets[{index}]"
+        where = f"{listed_under}[{index}]"
         if not isinstance(entry, dict):
             raise RecipeError(f"{where}: a dataset of the mixture must be a mapping (path, split, ...)")
         source = (
@@ -278,9 +279,8 @@ def import_mixture(flat: dict[str, Any], out: Migration) -> None:
     if weighted and len(weighted) < len(sources):
         unweighted = next(index for index in range(len(sources)) if index not in weighted)
         field = "fraction" if trl_style else "weight"
-        where = f"{key}[{unweighted}]" if trl_style else f"dataset_mixture.datasets[{unweighted}]"
         raise RecipeError(
-            f"{where}.{field}: set on other datasets of the mixture and not on this one; set it on every "
+            f"{listed_under}[{unweighted}].{field}: set on other datasets of the mixture and not on this one; set it on every "
             "dataset or on none (the source's own script refuses this file too)"
         )
     put(out.recipe, "data.sources", sources)
@@ -315,14 +315,9 @@ def import_trl_dataset(entry: dict[str, Any], where: str, out: Migration) -> dic
         )
     if not isinstance(source["source"], str):
         raise RecipeError(f"{where}.path: each dataset of the mixture needs a path or hub id")
-    for theirs, ours in (
-        ("name", "config"),
-        ("split", "split"),
-        ("columns", "columns"),
-        ("fraction", "weight"),
-    ):
-        if entry.get(theirs) is not None:
-            source[ours] = float(entry[theirs]) if ours == "weight" else entry[theirs]
+    source |= renamed_fields(entry, {"name": "config", "split": "split", "columns": "columns"})
+    if entry.get("fraction") is not None:
+        source["weight"] = float(entry["fraction"])
     if entry.get("data_dir") is not None:
         out.warn(
             f"{where}.data_dir",
@@ -340,9 +335,7 @@ def import_open_r1_dataset(entry: dict[str, Any], where: str, out: Migration) ->
     if not isinstance(entry.get("id"), str):
         raise RecipeError(f"{where}.id: each dataset of the mixture needs a hub id or path")
     source: dict[str, Any] = {"source": entry["id"]}
-    for theirs, ours in (("config", "config"), ("split", "split"), ("columns", "columns")):
-        if entry.get(theirs) is not None:
-            source[ours] = entry[theirs]
+    source |= renamed_fields(entry, {"config": "config", "split": "split", "columns": "columns"})
     if entry.get("weight") is not None:
         source["weight"] = float(entry["weight"])
         out.warn(
@@ -355,6 +348,11 @@ def import_open_r1_dataset(entry: dict[str, Any], where: str, out: Migration) ->
     for name in sorted(set(entry) - {"id", "config", "split", "columns", "weight"}):
         out.warn(f"{where}.{name}", entry[name], "not a field of open-r1's DatasetConfig: not carried")
     return source
+
+
+def renamed_fields(entry: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The entry's fields named in `names` (theirs -> ours) that it sets, under our names."""
+    return {ours: entry[theirs] for theirs, ours in names.items() if entry.get(theirs) is not None}
 
 
 # `datasets` builders that read the files named in `data_files`.
