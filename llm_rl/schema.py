@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from string import Formatter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -57,6 +58,11 @@ class ModelSection(Section):
 class ArithmeticTaskSection(Section):
     """Settings of the built-in arithmetic task (`data.source: builtin:arithmetic`)."""
 
+    # The prompt's text, with `{a}` and `{b}` for the operands: the default suits the embedded model,
+    # whose tokenizer knows only digits and signs; a chat model wants words, e.g.
+    # "What is {a} + {b}? Reply with the number only."
+    template: str = "{a}+{b}="
+
     # Operands are drawn uniformly from min_operand..max_operand (inclusive; min_operand <= max_operand).
     # Single digits by default: two-digit sums do not learn on a CPU (DESIGN.md).
     min_operand: int = Field(0, ge=0, le=99)
@@ -66,6 +72,25 @@ class ArithmeticTaskSection(Section):
     num_train: int = Field(2000, gt=0)
     # Rows of the eval split, drawn with another seed; 0: no eval split.
     num_eval: int = Field(200, ge=0)
+
+    @field_validator("template")
+    @classmethod
+    def names_both_operands(cls, template: str) -> str:
+        """Only `{a}` and `{b}`, each at least once: no attribute access or format spec reaches str.format."""
+        fields = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in Formatter().parse(template)
+            if name is not None
+        ]
+        bad = [name for name, spec, conversion in fields if name not in ("a", "b") or spec or conversion]
+        if bad:
+            raise ValueError(
+                f"only {{a}} and {{b}} may be in braces, not {{{bad[0]}}} (write {{{{ for a brace)"
+            )
+        missing = {"a", "b"} - {name for name, _, _ in fields}
+        if missing:
+            raise ValueError(f"the template has no {{{min(missing)}}}: it must show both operands")
+        return template
 
 
 class DataSourceEntry(Section):
@@ -274,6 +299,9 @@ class EvaluationSection(Section):
 
     # Evaluate every this many updates (a multiple of training.logging_steps); null: never.
     every: int | None = Field(None, gt=0)
+    # Also evaluate the starting policy before the first update (a row at step 0, like transformers'
+    # `eval_on_start`): the baseline the run is measured against. Not repeated when a run resumes.
+    at_start: bool = False
     # Greedy completions (steadier for early stopping); false samples as the generation section says.
     greedy: bool = True
     # Eval prompts per generate call and process.

@@ -28,13 +28,13 @@ from llm_rl.models.generation_backends import resolve_backend, with_backend
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
 from llm_rl.training.checkpoints import StagedCheckpoints
+from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
 from llm_rl.training.schedules import start_values
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
 
     from llm_rl.algorithms.base import Components, Series
-    from llm_rl.training.evaluation import HeldOutReward
 
 # The log names TRL's GRPO and RLOO trainers share -> the unified names of metrics.jsonl (DESIGN.md).
 METRIC_NAMES = {
@@ -281,6 +281,8 @@ class GroupMetrics(StagedCheckpoints):
         """The TRL trainer's arguments, plus the held-out reward evaluator (`evaluation.every`)."""
         self.held_out = held_out
         super().__init__(*args, **kwargs)
+        if held_out is not None and held_out.at_start:
+            self.add_callback(EvaluateAtStart(self, held_out))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """A training log, with the held-out reward joined to it on evaluation updates."""

@@ -1,7 +1,7 @@
 """Built-in synthetic tasks (`data.source: builtin:<name>`), generated locally and deterministically.
 
-`arithmetic`: sums of two operands drawn from `data.arithmetic`'s range (default 0..9), prompt `3+4=`,
-ground truth `7` in the `answer` column. The ideal completion is the answer followed by EOS. The
+`arithmetic`: sums of two operands drawn from `data.arithmetic`'s range (default 0..9), prompt `3+4=`
+(or `data.arithmetic.template` filled in), ground truth `7` in the `answer` column. The ideal completion is the answer followed by EOS. The
 text format lives here alone (`format_prompt`, `format_answer`) so that the tiny model's tokenizer and
 its supervised warm-up use exactly the task's text.
 
@@ -24,9 +24,12 @@ from llm_rl.schema import ArithmeticTaskSection, DataSection
 EVAL_SEED_OFFSET = 1_000_003
 
 
-def format_prompt(a: int, b: int) -> str:
-    """The prompt of one sum, e.g. `3+4=`."""
-    return f"{a}+{b}="
+DEFAULT_TEMPLATE = ArithmeticTaskSection.model_fields["template"].default
+
+
+def format_prompt(a: int, b: int, template: str = DEFAULT_TEMPLATE) -> str:
+    """The prompt of one sum, e.g. `3+4=` (the template is checked by the schema: only `{a}` and `{b}`)."""
+    return template.format(a=a, b=b)
 
 
 def format_answer(a: int, b: int) -> str:
@@ -41,11 +44,11 @@ def sample_pairs(settings: ArithmeticTaskSection, count: int, seed: int) -> list
     return [(rng.randint(low, high), rng.randint(low, high)) for _ in range(count)]
 
 
-def arithmetic_dataset(pairs: list[tuple[int, int]]) -> Dataset:
+def arithmetic_dataset(pairs: list[tuple[int, int]], template: str = DEFAULT_TEMPLATE) -> Dataset:
     """A `prompt` / `answer` dataset of the given sums."""
     return Dataset.from_dict(
         {
-            "prompt": [format_prompt(a, b) for a, b in pairs],
+            "prompt": [format_prompt(a, b, template) for a, b in pairs],
             "answer": [format_answer(a, b) for a, b in pairs],
         }
     )
@@ -60,10 +63,11 @@ def build_arithmetic(data: DataSection, seed: int) -> dict[str, Dataset]:
             f"({settings.max_operand}): no operand to draw",
             where="builtin:arithmetic",
         )
-    splits = {"train": arithmetic_dataset(sample_pairs(settings, settings.num_train, seed))}
+    train_pairs = sample_pairs(settings, settings.num_train, seed)
+    splits = {"train": arithmetic_dataset(train_pairs, settings.template)}
     if settings.num_eval:
         eval_pairs = sample_pairs(settings, settings.num_eval, seed + EVAL_SEED_OFFSET)
-        splits["eval"] = arithmetic_dataset(eval_pairs)
+        splits["eval"] = arithmetic_dataset(eval_pairs, settings.template)
     return splits
 
 

@@ -164,7 +164,9 @@ class MetricsCallback(TrainerCallback):
         samples = self.count_samples(state, logs)
         now = time.perf_counter()
         elapsed = now - self._last_time
-        throughput = (samples - self._last_samples) / elapsed if elapsed > 0 else None
+        # None for a row with no sample since the last (the evaluation at the start): no rate to give.
+        new_samples = samples - self._last_samples
+        throughput = new_samples / elapsed if elapsed > 0 and new_samples > 0 else None
         self._last_time, self._last_samples = now, samples
         row = {"step": state.global_step, "samples": samples}
         row.update(rename_metrics(logs, self.names))

@@ -3,7 +3,8 @@
 Why: deciding between two recipes (GRPO or PPO, one learning rate or another) needs the same numbers,
 measured the same way, for every run. This module reads each run folder (`metrics.jsonl`,
 `run_summary.json`, `recipe.yaml`), draws one PNG per metric with every run overlaid against
-`samples`, and writes `report.md` with the plots and a table of one column per run.
+`samples` (the held-out reward among them, when the runs evaluated), and writes `report.md` with the
+plots and a table of one column per run.
 
 Smoothing: RL rewards are noisy, so "best" and "start" use the smoothed reward: the mean of
 `reward/mean` over a trailing window of 20% of the rows (at least one row). The smoothed curve starts
@@ -38,10 +39,13 @@ TAIL_FRACTION = 0.2
 # Of the way from the smoothed start to the smoothed best.
 TARGET_FRACTION = 0.9
 REWARD = "reward/mean"
+# The held-out reward (`evaluation.every`, `evaluation.at_start`): greedy, on the same prompts each time.
+EVAL_REWARD = "eval/reward/mean"
 
 # metric key, PNG file name, axis label
 PLOTS = (
     (REWARD, "reward.png", "reward (mean)"),
+    (EVAL_REWARD, "eval_reward.png", "held-out reward (mean)"),
     ("kl", "kl.png", "KL"),
     ("grad_norm", "grad_norm.png", "gradient norm"),
     ("samples_per_second", "samples_per_second.png", "samples per second"),
@@ -206,6 +210,12 @@ def reward_per_1000_samples(run: Run) -> float:
     return (last - first) / samples * 1000
 
 
+def held_out_gain(run: Run) -> float:
+    """The last held-out reward minus the first: what training did to greedy reward on unseen prompts."""
+    held_out = values(run, EVAL_REWARD, at_least=2)
+    return held_out[-1] - held_out[0]
+
+
 def reward_spread(run: Run) -> float:
     """Population std of reward/mean over the last 20% of rows (at least two rows)."""
     rewards = values(run, REWARD, at_least=2)
@@ -236,6 +246,9 @@ def table_rows(run: Run) -> dict[str, str]:
         "reward gained per 1,000 samples": cell(lambda: reward_per_1000_samples(run), "{:+.4f}"),
         "samples/s (mean)": cell(lambda: statistics.fmean(values(run, "samples_per_second")), "{:.1f}"),
         "peak memory (MB)": cell(lambda: max(values(run, "peak_memory_mb")), "{:.1f}"),
+        "held-out reward, first evaluation": cell(lambda: values(run, EVAL_REWARD)[0], "{:.4f}"),
+        "held-out reward, last evaluation": cell(lambda: values(run, EVAL_REWARD)[-1], "{:.4f}"),
+        "held-out reward gain (last - first)": cell(lambda: held_out_gain(run), "{:+.4f}"),
         "best reward": cell(lambda: max(values(run, REWARD)), "{:.4f}"),
         "final reward": cell(lambda: values(run, REWARD)[-1], "{:.4f}"),
         "KL at the end": cell(lambda: values(run, "kl")[-1], "{:.4g}"),

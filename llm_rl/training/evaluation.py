@@ -1,11 +1,13 @@
 """Reward on held-out prompts, the same way for both algorithms (`evaluation.every`).
 
-Every `evaluation.every` updates, the policy writes one completion for each prompt of the data's eval
+Every `evaluation.every` updates (and before the first one with `evaluation.at_start`), the policy writes one completion for each prompt of the data's eval
 split (greedy by default: less noise for early stopping than a sample), and the recipe's reward
 functions score them through `RewardAdapter`, as PPO's rollouts are scored. The prompts are shared out
 between the processes; the metrics (`eval/reward/mean`, `eval/reward/std`, `eval/rewards/<name>/mean`,
 `eval/num_prompts`)
-join that update's row, so `early_stopping.metric: eval/reward/mean` stops on held-out reward.
+join that update's row, so `early_stopping.metric: eval/reward/mean` stops on held-out reward. The
+evaluation at the start is a row of its own at step 0, written through the trainer's `log` like any other
+(`EvaluateAtStart`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from datasets import Dataset
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase, Trainer, TrainerCallback
 from trl.models.utils import unwrap_model_for_generation
 
 from llm_rl.data.prompts import ROW_INDEX, tokenize_prompts
@@ -43,6 +45,7 @@ class HeldOutReward:
         settings = recipe.evaluation
         self.stop_token_ids = stop_token_ids or eos_token_ids(tokenizer)
         self.every = settings.every
+        self.at_start = settings.at_start
         self.batch_size = settings.batch_size
         self.tokenizer = tokenizer
         self.tokens = tokenize_prompts(eval_rows, tokenizer)
@@ -114,6 +117,26 @@ class HeldOutReward:
         return scores.to(device), values.to(device)
 
 
+class EvaluateAtStart(TrainerCallback):
+    """Logs the held-out reward of the starting policy when training begins (`evaluation.at_start`).
+
+    A callback, so that TRL's trainers and ours share it: both call `on_train_begin` once the model is
+    prepared (wrapped for DeepSpeed) and a resumed state is restored, which is when a resumed run, past
+    step 0, is told apart and skipped.
+    """
+
+    def __init__(self, trainer: Trainer, held_out: HeldOutReward, policy_of=lambda m: m) -> None:
+        self.trainer = trainer
+        self.held_out = held_out
+        self.policy_of = policy_of
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            trainer = self.trainer
+            trainer.log(self.held_out(trainer.model_wrapped, trainer.accelerator, self.policy_of))
+        return control
+
+
 def first_occurrences(order: torch.Tensor) -> torch.Tensor:
     """Positions of the first occurrence of each eval prompt in the gathered order (drops the padding)."""
     seen: set[int] = set()
@@ -126,21 +149,30 @@ def first_occurrences(order: torch.Tensor) -> torch.Tensor:
 
 
 def held_out_reward(components: Any) -> HeldOutReward | None:
-    """The evaluator a recipe asks for (`evaluation.every`), or None; refuses a run without eval prompts."""
+    """The evaluator a recipe asks for (`evaluation.every` or `at_start`), or None; refuses a run without
+    eval prompts."""
     recipe, data = components.recipe, components.data
-    if recipe.evaluation.every is None:
+    asked = evaluation_asked_for(recipe)
+    if asked is None:
         return None
     if data.eval is not None and len(data.eval) == 0:
         raise DataError(
-            "evaluation.every is set but every eval prompt is longer than data.max_prompt_length "
+            f"{asked} is set but every eval prompt is longer than data.max_prompt_length "
             f"({recipe.data.max_prompt_length} tokens)",
             where=recipe.data.label,
         )
     if data.eval is None:
         raise DataError(
-            "evaluation.every is set but the data has no eval prompts: name a split with data.eval_split, "
+            f"{asked} is set but the data has no eval prompts: name a split with data.eval_split, "
             "hold rows out with data.eval_size, or set data.arithmetic.num_eval for the built-in task",
             where=recipe.data.label,
         )
     stop_token_ids = eos_token_ids(components.tokenizer, components.policy.generation_config)
     return HeldOutReward(recipe, data.eval, components.tokenizer, components.rewards, stop_token_ids)
+
+
+def evaluation_asked_for(recipe: Recipe) -> str | None:
+    """The key that asks for held-out evaluation (`evaluation.every`, else `evaluation.at_start`), or None."""
+    if recipe.evaluation.every is not None:
+        return "evaluation.every"
+    return "evaluation.at_start" if recipe.evaluation.at_start else None

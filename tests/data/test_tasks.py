@@ -3,6 +3,12 @@ the operand range, and a close name suggested for an unknown task."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from llm_rl.schema import DataSection
 from tests.data.conftest import SUM, data_error, load, rows_of, small_arithmetic
 
 
@@ -64,3 +70,37 @@ def test_unknown_builtin_task_suggests_the_close_one(tokenizer) -> None:
     assert "did you mean 'builtin:arithmetic'?" in message
     far = data_error(tokenizer, source="builtin:zzz")
     assert "did you mean" not in far and "known: builtin:arithmetic" in far
+
+
+def test_arithmetic_template_puts_the_operands_in_words(tokenizer) -> None:
+    template = "What is {a} + {b}? Reply with the number only."
+    data = load(tokenizer, **small_arithmetic(template=template, min_operand=10, max_operand=49))
+    words = re.compile(r"^What is (\d+) \+ (\d+)\? Reply with the number only\.$")
+    for row in [*data.train, *data.eval]:
+        a, b = map(int, words.match(row["prompt"]).groups())
+        assert 10 <= a <= 49 and 10 <= b <= 49
+        assert row["answer"] == str(a + b)
+    # The template changes the text only: the same seed draws the same operands as the default template.
+    plain = load(tokenizer, **small_arithmetic(min_operand=10, max_operand=49))
+    assert [words.match(p).groups() for p in data.train["prompt"]] == [
+        SUM.match(p).groups() for p in plain.train["prompt"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{a} plus {c}", "not {c}"),
+        ("{a.__class__}+{b}", "not {a.__class__}"),
+        ("{a:>5}+{b}", "not {a}"),
+        ("{a}+{b!r}", "not {b}"),
+        ("{0}+{b}", "not {0}"),
+        ("What is {a} doubled?", "has no {b}"),
+        ("{a}+{b}={", "Single '{'"),
+    ],
+)
+def test_arithmetic_template_takes_only_the_two_operands(template: str, problem: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        DataSection(source="builtin:arithmetic", arithmetic={"template": template})
+    assert problem in str(caught.value)
+    assert "arithmetic.template" in str(caught.value)

@@ -14,7 +14,7 @@ from llm_rl.run_folder import read_rows
 from tests.conftest import in_process_recipe
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("reward.png", "kl.png", "grad_norm.png", "samples_per_second.png")
+PLOTS = ("reward.png", "eval_reward.png", "kl.png", "grad_norm.png", "samples_per_second.png")
 TARGET_ROW = "samples to 90% of best smoothed reward"
 GAIN_ROW = "reward gained per 1,000 samples"
 SPREAD_ROW = "reward spread, last 20% of rows (std)"
@@ -53,12 +53,19 @@ def table_column(table: dict[str, list[str]], column: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """4 small updates of the embedded task with each algorithm, in-process."""
+    """4 small updates of the embedded task with each algorithm, in-process, evaluated at the start and
+    every 2 updates."""
     root = tmp_path_factory.mktemp("compare")
     for algorithm in ("grpo", "ppo"):
         train(
             in_process_recipe(
-                algorithm, root / algorithm, "training.max_steps=4", "checkpointing.resume=never"
+                algorithm,
+                root / algorithm,
+                "training.max_steps=4",
+                "checkpointing.resume=never",
+                "evaluation.at_start=true",
+                "evaluation.every=2",
+                "data.arithmetic.num_eval=8",
             )
         )
     return root / "grpo", root / "ppo"
@@ -78,7 +85,9 @@ def test_compare_two_real_runs(real_runs: tuple[Path, Path], tmp_path: Path, cap
     for column, run in enumerate(real_runs):
         rows = read_rows(run)
         summary = json.loads((run / "run_summary.json").read_text())
-        rewards = [row["reward/mean"] for row in rows]
+        rewards = [row["reward/mean"] for row in rows if "reward/mean" in row]
+        held_out = [row["eval/reward/mean"] for row in rows if "eval/reward/mean" in row]
+        rates = [row["samples_per_second"] for row in rows if row["samples_per_second"] is not None]
 
         def cell(label: str, column: int = column) -> str:
             return table[label][column]
@@ -87,9 +96,11 @@ def test_compare_two_real_runs(real_runs: tuple[Path, Path], tmp_path: Path, cap
         assert cell("status") == summary["status"] == "completed"
         assert cell("samples") == str(summary["samples"])
         assert cell("peak memory (MB)") == f"{max(row['peak_memory_mb'] for row in rows):.1f}"
-        assert (
-            cell("samples/s (mean)") == f"{statistics.fmean(row['samples_per_second'] for row in rows):.1f}"
-        )
+        assert cell("samples/s (mean)") == f"{statistics.fmean(rates):.1f}", "the start row has no rate"
+        assert [row["step"] for row in rows if "eval/reward/mean" in row] == [0, 2, 4]
+        assert cell("held-out reward, first evaluation") == f"{held_out[0]:.4f}"
+        assert cell("held-out reward, last evaluation") == f"{held_out[-1]:.4f}"
+        assert cell("held-out reward gain (last - first)") == f"{held_out[-1] - held_out[0]:+.4f}"
         assert cell("best reward") == f"{summary['best_reward']:.4f}" == f"{max(rewards):.4f}"
         assert cell("final reward") == f"{summary['final_reward']:.4f}" == f"{rewards[-1]:.4f}"
         # 4 rows: the smoothing window is one row, so the gain is (last - first) reward per 1,000 samples.
@@ -118,6 +129,7 @@ def test_smoothing_and_missing_fields(tmp_path: Path, capsys) -> None:
     assert table[SPREAD_ROW][0] == "0.0000"
     assert table["best reward"][0] == "-1.0000"
     assert table["KL at the end"][0] == "n/a (no kl in metrics.jsonl)"
+    assert table["held-out reward gain (last - first)"][0] == "n/a (no eval/reward/mean in metrics.jsonl)"
     assert table["peak memory (MB)"][0] == "n/a (no peak_memory_mb in metrics.jsonl)"
 
     assert table["status"][1] == "n/a (no run_summary.json)"
@@ -131,6 +143,7 @@ def test_smoothing_and_missing_fields(tmp_path: Path, capsys) -> None:
     text = (report / "report.md").read_text()
     assert "no plot, no run logs `kl`" in text
     assert "no plot, no run logs `grad_norm`" in text
+    assert "no plot, no run logs `eval/reward/mean`" in text
     assert not (report / "kl.png").exists()
     assert (report / "reward.png").read_bytes()[:8] == PNG_MAGIC
 

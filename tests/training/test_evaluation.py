@@ -75,3 +75,37 @@ def test_bad_evaluation_settings_exit_2(tmp_path: Path, case: str) -> None:
     assert result.returncode == 2, result.stderr[-2000:]
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_evaluation_at_start_logs_the_starting_policy_as_step_0(algorithm: str, tmp_path: Path) -> None:
+    from llm_rl.run.training import train
+
+    run = tmp_path / "run"
+    recipe = in_process_recipe(algorithm, run, "training.max_steps=2", "evaluation.every=2",
+                               "evaluation.at_start=true", "data.arithmetic.num_eval=6")  # fmt: skip
+    train(recipe)
+    logged = rows(run)
+    assert [row["step"] for row in logged] == [0, 1, 2]
+    start = logged[0]
+    assert start["samples"] == 0 and start["eval/num_prompts"] == 6
+    assert start["samples_per_second"] is None, "no sample consumed: no rate"
+    assert "reward/mean" not in start, "the start row holds the evaluation alone"
+    assert "eval/reward/mean" not in logged[1] and logged[2]["eval/num_prompts"] == 6
+    assert logged[1]["samples_per_second"] > 0
+
+
+def test_evaluation_at_start_alone_evaluates_once_and_not_on_resume(tmp_path: Path) -> None:
+    from llm_rl.run.training import train
+
+    run = tmp_path / "run"
+    overrides = ["evaluation.at_start=true", "data.arithmetic.num_eval=4", "checkpointing.every=1",
+                 "checkpointing.unit=steps"]  # fmt: skip
+    train(in_process_recipe("ppo", run, "training.max_steps=1", *overrides))
+    assert [(row["step"], "eval/reward/mean" in row) for row in rows(run)] == [(0, True), (1, False)]
+    train(in_process_recipe("ppo", run, "training.max_steps=2", *overrides))
+    assert [(row["step"], "eval/reward/mean" in row) for row in rows(run)] == [
+        (0, True),
+        (1, False),
+        (2, False),
+    ]

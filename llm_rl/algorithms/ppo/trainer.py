@@ -59,7 +59,7 @@ from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.run_folder import VALUE_MODEL_DIR
 from llm_rl.training.args import checkpointing_field
 from llm_rl.training.checkpoints import StagedCheckpoints
-from llm_rl.training.evaluation import HeldOutReward
+from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
 
 POLICY_GROUP, VALUE_GROUP = "policy", "value"
 
@@ -117,6 +117,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         self.whiten_advantages = whiten_advantages
         self.saved_tokenizer = saved_tokenizer or tokenizer
         self.held_out = held_out
+        if held_out is not None and held_out.at_start:
+            self.add_callback(EvaluateAtStart(self, held_out, policy_of=lambda m: m.policy))
         self.reference = self.prepare_reference(reference)
         self.generation_batch_size = generation_batch_size
         self.generator: Generator = build_generator(
