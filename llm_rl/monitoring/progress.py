@@ -15,7 +15,10 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import ProgressCallback
 
-SHOWN = ("reward/mean", "kl", "grad_norm", "loss/policy", "loss/value", "completion_length/mean")
+SHOWN = ("reward/mean", "eval/reward/mean", "kl", "grad_norm", "loss/policy", "loss/value",
+         "completion_length/mean")  # fmt: skip
+# A row with this key (an evaluation: rare, and what a run is judged by) is always printed.
+HELD_OUT = "eval/reward/mean"
 
 
 def bars_wanted(progress: bool) -> bool:
@@ -39,7 +42,8 @@ class QuietProgressCallback(ProgressCallback):
 
 
 class ProgressLine:
-    """Prints a line of unified metrics for about `lines` of the `total_rows` rows of a run."""
+    """Prints a line of unified metrics for about `lines` of the `total_rows` rows of a run, and for
+    every evaluation."""
 
     def __init__(self, total_rows: int, lines: int = 20, enabled: bool = True) -> None:
         self.every = max(1, total_rows // lines)
@@ -48,7 +52,7 @@ class ProgressLine:
 
     def __call__(self, row: dict[str, Any]) -> None:
         self._seen += 1
-        if self.enabled and (self._seen - 1) % self.every == 0:
+        if self.enabled and ((self._seen - 1) % self.every == 0 or HELD_OUT in row):
             tqdm.write(format_row(row))
 
 

@@ -52,9 +52,7 @@ def describe_run(recipe: Recipe) -> str:
         + (f", {len(data.eval)} eval prompts" if data.eval is not None else "")
         + (f", {data.dropped_too_long} dropped as too long" if data.dropped_too_long else ""),
         f"columns   to rewards: {', '.join(data.reward_columns) or '(none)'}",
-        f"eval      every {recipe.evaluation.every} updates on {len(data.eval)} held-out prompts"
-        if evaluation is not None and data.eval is not None
-        else "eval      none (evaluation.every is not set)",
+        evaluation_line(recipe, len(data.eval) if evaluation is not None and data.eval is not None else None),
         f"budget    {steps} updates x {per_step} samples = {steps * per_step} samples",
         f"saving    every {save_every_steps(recipe, per_step)} updates "
         f"({recipe.checkpointing.every} {recipe.checkpointing.unit}), keep last {recipe.checkpointing.keep_last}",
@@ -62,6 +60,16 @@ def describe_run(recipe: Recipe) -> str:
         *try_rewards(components),
     ]
     return "\n".join(lines)
+
+
+def evaluation_line(recipe: Recipe, prompts: int | None) -> str:
+    """When the held-out reward is measured, and on how many prompts; `prompts` None: never."""
+    if prompts is None:
+        return "eval      none (evaluation.every is not set)"
+    settings = recipe.evaluation
+    when = [f"every {settings.every} updates"] if settings.every is not None else []
+    when += ["before the first update"] if settings.at_start else []
+    return f"eval      {' and '.join(when)} on {prompts} held-out prompts"
 
 
 def describe_stages(recipe: Recipe) -> str:

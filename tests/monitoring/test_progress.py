@@ -69,3 +69,16 @@ def test_every_command_piped_prints_no_bar_frames(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"\r" not in result.stdout + result.stderr
     assert "recipe OK: PPO" in result.stdout.decode()
+
+
+def test_progress_line_prints_every_evaluation_between_its_cadence(capsys) -> None:
+    from llm_rl.monitoring.progress import ProgressLine
+
+    line = ProgressLine(total_rows=40, lines=4)  # a line every 10 rows
+    line({"step": 0, "samples": 0, "eval/reward/mean": 0.355})
+    for step in range(1, 13):
+        row = {"step": step, "samples": 16 * step, "reward/mean": 0.25}
+        line({**row, "eval/reward/mean": 0.5} if step == 8 else row)
+    printed = capsys.readouterr().out.splitlines()
+    assert [text.split()[1] for text in printed] == ["0", "8", "10"]
+    assert "eval/reward/mean 0.355" in printed[0] and "eval/reward/mean 0.5" in printed[1]

@@ -49,3 +49,17 @@ def test_validate_names_the_eval_prompts_it_will_use(tmp_path: Path) -> None:
     result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
     assert result.returncode == 0, result.stderr
     assert "eval      every 1 updates on 200 held-out prompts" in result.stdout
+
+
+def test_validate_says_the_starting_policy_is_evaluated(tmp_path: Path) -> None:
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml",
+        evaluation={"every": 2, "at_start": True},
+        data={"source": "builtin:arithmetic", "arithmetic": {"num_eval": 30}},
+    )
+    result = run_entry(["validate", str(recipe)], launcher=[LLM_RL], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "eval      every 2 updates and before the first update on 30 held-out prompts" in result.stdout
+    alone = write_recipe(tmp_path / "alone.yaml", evaluation={"at_start": True})
+    result = run_entry(["validate", str(alone)], launcher=[LLM_RL], timeout=120)
+    assert "eval      before the first update on 200 held-out prompts" in result.stdout, result.stderr
