@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import torch  # noqa: E402
 from benchmark import OVERHEAD_HEADER, overhead_table, recipe_for  # noqa: E402
 
+from llm_rl.cli import EXIT_BAD_INPUT  # noqa: E402
 from llm_rl.errors import UserInputError, first_line  # noqa: E402
 from llm_rl.models.generation_backends import resolve_backend  # noqa: E402
 from llm_rl.models.tiny import TinyModelSettings, tiny_model_path  # noqa: E402
@@ -206,7 +207,8 @@ def planned(job: Job, overrides: list[str], output: Path, steps: int) -> tuple[f
 
 def run_until(command: list[str], deadline: float, env: dict[str, str]) -> tuple[str, str, str]:
     """Run `command` in a process group of its own, killed with everything it started at `deadline`
-    (`time.monotonic()`); returns (status, stdout, stderr), status ok, failed or killed."""
+    (`time.monotonic()`); returns (status, stdout, stderr), status ok, failed, refused (exit 2: bad
+    input) or killed."""
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
@@ -217,7 +219,8 @@ def run_until(command: list[str], deadline: float, env: dict[str, str]) -> tuple
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         return "killed", stdout, stderr
-    return ("ok" if process.returncode == 0 else "failed"), stdout, stderr
+    statuses = {0: "ok", EXIT_BAD_INPUT: "refused"}
+    return statuses.get(process.returncode, "failed"), stdout, stderr
 
 
 def worker_env() -> dict[str, str]:
