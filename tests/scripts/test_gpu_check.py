@@ -72,7 +72,7 @@ def test_trl_pairs_compare_our_grpo_with_trls_on_the_same_size_and_backend() -> 
     assert "**1.100**" in pair["row"] and pair["row"].startswith("| GRPO 150m auto (hf) | 1000.0 | 1100.0 |")
 
 
-def test_a_run_past_its_deadline_is_killed_with_the_processes_it_started() -> None:
+def test_a_run_past_its_deadline_is_killed_with_the_processes_it_started_and_exit_2_is_a_refusal() -> None:
     code = (
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
@@ -87,6 +87,8 @@ def test_a_run_past_its_deadline_is_killed_with_the_processes_it_started() -> No
     time.sleep(0.5)
     assert not child.exists() or "zombie" in child.read_text(), "the run's own child is killed too"
     assert run_until([sys.executable, "-c", "print('x')"], time.monotonic() + 60, {})[:2] == ("ok", "x\n")
+    assert run_until([sys.executable, "-c", "raise SystemExit(2)"], time.monotonic() + 60, {})[0] == "refused"
+    assert run_until([sys.executable, "-c", "raise SystemExit(1)"], time.monotonic() + 60, {})[0] == "failed"
 
 
 def table_rows(stdout: str) -> dict[str, list[str]]:
