@@ -12,12 +12,12 @@ evaluation at the start is a row of its own at step 0, written through the train
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
 from datasets import Dataset
-from transformers import GenerationConfig, PreTrainedTokenizerBase, Trainer, TrainerCallback
+from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainerCallback
 from trl.models.utils import unwrap_model_for_generation
 
 from llm_rl.data.prompts import ROW_INDEX, tokenize_prompts
@@ -26,6 +26,9 @@ from llm_rl.models.completions import eos_token_ids, trimmed
 from llm_rl.rewards import RewardSet
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.schema import Recipe
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 EVAL_PREFIX = "eval/"
 

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = "scripts/real_model_check.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# Two updates of 8 samples (GRPO: 2 prompts x 4 answers; PPO: 8 prompts), scored on 8 held-out sums;
+# Two updates of 4 samples (GRPO: 1 prompt x 4 answers; PPO: 4 prompts), scored on 8 held-out sums;
 # 12 tokens hold the model's usual answer ("18 + 46 = 64").
 FEW_UPDATES = [
-    "training.total_samples=16",
-    "training.per_device_batch_size=8",
+    "training.total_samples=8",
+    "training.per_device_batch_size=4",
     "grpo.num_generations=4",
     "ppo.critic_warmup_steps=1",
     "evaluation.every=2",
@@ -46,14 +46,14 @@ def test_both_algorithms_train_from_the_same_start_and_are_compared(tmp_path: Pa
         evaluated = [row for row in rows if "eval/reward/mean" in row]
         assert [row["step"] for row in evaluated] == [0, 2], "the starting policy, then the last update"
         assert all(row["eval/num_prompts"] == 8 for row in evaluated)
-        assert run["status"] == "completed" and run["samples"] == 16
+        assert run["status"] == "completed" and run["samples"] == 8
         assert run["held_out_before"] == evaluated[0]["eval/reward/mean"]
         assert run["held_out_after"] == evaluated[-1]["eval/reward/mean"]
         assert run["gain"] == pytest.approx(run["held_out_after"] - run["held_out_before"])
         assert run["samples_per_second"] > 0
         assert (root / algorithm / "final" / "config.json").exists()
         line = next(line.split() for line in result.stdout.splitlines() if line.startswith(f"{algorithm} "))
-        assert line[:4] == [algorithm, "completed", "16", f"{run['held_out_before']:.3f}"]
+        assert line[:4] == [algorithm, "completed", "8", f"{run['held_out_before']:.3f}"]
     start = {run["held_out_before"] for run in runs.values()}
     assert len(start) == 1, "same model, same held-out sums, greedy: the same starting reward"
 
