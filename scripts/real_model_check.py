@@ -63,6 +63,9 @@ GPU_OVERRIDES = [
     "ppo.num_mini_batches=4",
 ]
 GPU_BUDGET_MINUTES = 8.0
+# The printed table's columns: header, and alignment and width.
+COLUMNS = (("algorithm", "<9"), ("status", "<9"), ("samples", ">7"), ("before", ">6"), ("after", ">6"),
+           ("gain", ">7"), ("evals", ">5"), ("samples/s", ">9"), ("wall s", ">7"))  # fmt: skip
 
 
 @dataclass
@@ -145,10 +148,8 @@ def read_outcome(algorithm: str, folder: Path, status: str, seconds: float, deta
 
 def train(algorithm: str, folder: Path, overrides: list[str], deadline: float) -> Outcome:
     """One algorithm's run, stopped with everything it started at `deadline` (time.monotonic())."""
-    print(
-        f"{algorithm}: training into {folder} (until {max(0, deadline - time.monotonic()) / 60:.1f} min from now)",
-        flush=True,
-    )
+    minutes = max(0.0, deadline - time.monotonic()) / 60
+    print(f"{algorithm}: training into {folder} (until {minutes:.1f} min from now)", flush=True)
     started = time.monotonic()
     status, stdout, stderr = run_until(run_command(algorithm, folder, overrides), deadline, worker_env())
     seconds = time.monotonic() - started
@@ -181,18 +182,28 @@ def number(value: float | None, form: str) -> str:
 
 
 def table(outcomes: dict[str, Outcome]) -> list[str]:
-    """The printed table: one line per algorithm."""
-    header = f"{'algorithm':<9}  {'status':<9}  {'samples':>7}  {'before':>6}  {'after':>6}  {'gain':>7}  {'evals':>5}  {'samples/s':>9}  {'wall s':>7}"
-    lines = [header]
+    """The printed table: a header, then one line per algorithm (and its detail, if any)."""
+    lines = [table_line([name for name, _ in COLUMNS])]
     for o in outcomes.values():
-        lines.append(
-            f"{o.algorithm:<9}  {o.status:<9}  {number(o.samples, '{:d}'):>7}  {number(o.held_out_before, '{:.3f}'):>6}  "
-            f"{number(o.held_out_after, '{:.3f}'):>6}  {number(o.gain, '{:+.3f}'):>7}  {o.evaluations:>5}  "
-            f"{number(o.samples_per_second, '{:.2f}'):>9}  {o.wall_seconds:>7.0f}"
-        )
+        cells = [
+            o.algorithm,
+            o.status,
+            number(o.samples, "{:d}"),
+            number(o.held_out_before, "{:.3f}"),
+            number(o.held_out_after, "{:.3f}"),
+            number(o.gain, "{:+.3f}"),
+            str(o.evaluations),
+            number(o.samples_per_second, "{:.2f}"),
+            f"{o.wall_seconds:.0f}",
+        ]
+        lines.append(table_line(cells))
         if o.detail:
             lines.append(f"  {o.algorithm}: {o.detail}")
     return lines
+
+
+def table_line(cells: list[str]) -> str:
+    return "  ".join(f"{cell:{align}}" for cell, (_, align) in zip(cells, COLUMNS, strict=True))
 
 
 def parse_args() -> argparse.Namespace:

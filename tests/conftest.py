@@ -24,6 +24,24 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def share_the_cores() -> None:
+    """Under pytest-xdist, each worker, and every process its tests start, gets its share of the cores.
+
+    torch's default, a thread per core in every process, oversubscribes them when workers run side by
+    side, and OpenMP threads then spin waiting on each other: SmolLM2's runs took 7x their time alone.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+share_the_cores()
+
+
 # `accelerate launch` on a port of this test worker's own (gw0: 29500, gw1: 29600, ...): test files run
 # side by side, and two launches on one port collide, on the TCP port and on DeepSpeed's CPU
 # shared-memory buffers, which are named after MASTER_PORT.

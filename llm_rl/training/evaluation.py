@@ -1,13 +1,12 @@
 """Reward on held-out prompts, the same way for both algorithms (`evaluation.every`).
 
-Every `evaluation.every` updates (and before the first one with `evaluation.at_start`), the policy writes one completion for each prompt of the data's eval
-split (greedy by default: less noise for early stopping than a sample), and the recipe's reward
-functions score them through `RewardAdapter`, as PPO's rollouts are scored. The prompts are shared out
-between the processes; the metrics (`eval/reward/mean`, `eval/reward/std`, `eval/rewards/<name>/mean`,
-`eval/num_prompts`)
-join that update's row, so `early_stopping.metric: eval/reward/mean` stops on held-out reward. The
-evaluation at the start is a row of its own at step 0, written through the trainer's `log` like any other
-(`EvaluateAtStart`).
+Every `evaluation.every` updates (and before the first one with `evaluation.at_start`), the policy
+writes one completion for each prompt of the data's eval split (greedy by default: less noise for early
+stopping than a sample), and the recipe's reward functions score them through `RewardAdapter`, as PPO's
+rollouts are scored. The prompts are shared out between the processes; the metrics (`eval/reward/mean`,
+`eval/reward/std`, `eval/rewards/<name>/mean`, `eval/num_prompts`) join that update's row, so
+`early_stopping.metric: eval/reward/mean` stops on held-out reward. The evaluation at the start is a row
+of its own at step 0, written through the trainer's `log` like any other (`EvaluateAtStart`).
 """
 
 from __future__ import annotations
