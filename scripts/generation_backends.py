@@ -8,7 +8,7 @@ the backends alternating within each repeat and the order reversed every other r
 in the machine's speed reaches every backend alike. The first call of each backend is reported apart
 (it includes `static`'s compilation); the steady figure is the median of the rest. Ratios are
 tokens/s against `hf` measured in the same run. This is what `generation.backend: auto` is chosen
-from on CPU (llm_rl/models/generation_backends.py).
+from on CPU (llm_rl/generation/backends.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic  # noqa: E402
-from llm_rl.algorithms.ppo.generation import SamplingSettings, build_generator  # noqa: E402
+from llm_rl.generation.generators import build_generator  # noqa: E402
+from llm_rl.generation.sampling import SamplingSettings  # noqa: E402
 from llm_rl.models.completions import response_lengths  # noqa: E402
 from llm_rl.models.tiny import build_tokenizer, tiny_model_path  # noqa: E402
 

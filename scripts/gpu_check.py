@@ -56,7 +56,7 @@ from benchmark import OVERHEAD_HEADER, overhead_table, recipe_for  # noqa: E402
 
 from llm_rl.cli import EXIT_BAD_INPUT  # noqa: E402
 from llm_rl.errors import UserInputError, first_line  # noqa: E402
-from llm_rl.models.generation_backends import resolve_backend  # noqa: E402
+from llm_rl.generation.backends import resolve_backend  # noqa: E402
 from llm_rl.models.tiny import TinyModelSettings, tiny_model_path  # noqa: E402
 from llm_rl.tools.plan import GB, plan  # noqa: E402
 

@@ -46,6 +46,7 @@ def check_recipe(recipe: Recipe) -> None:
     trl_groups.check_generation(recipe, NAME)
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
+    trl_groups.check_importance_sampling(recipe, NAME, GRPOConfig)
 
 
 def samples_per_step(recipe: Recipe) -> int:

@@ -21,13 +21,14 @@ from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
 from llm_rl.algorithms.base import Components, Counterpart, Series
 from llm_rl.algorithms.ppo.critic import load_value_model, value_model_source
-from llm_rl.algorithms.ppo.generation import SamplingSettings
 from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError, did_you_mean
+from llm_rl.generation.backends import resolve_backend
+from llm_rl.generation.sampling import SamplingSettings
+from llm_rl.generation.vllm_settings import EngineSettings, engine_settings
 from llm_rl.models.completions import eos_token_ids
-from llm_rl.models.generation_backends import resolve_backend
-from llm_rl.models.load import load_policy
+from llm_rl.models.load import load_policy, resolve_model_path
 from llm_rl.models.lora import peft_config
 from llm_rl.rewards.scoring import RewardAdapter
 from llm_rl.run_folder import VALUE_MODEL_DIR
@@ -139,9 +140,27 @@ def check_recipe(recipe: Recipe) -> None:
             "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
             "PPO samples one completion per prompt: use 'batch' or 'none'"
         )
+    check_vllm(recipe)
     if not recipe.stages:
         # A staged recipe's own budget is no stage's; each stage is checked as a recipe of its own.
         check_settings(recipe, ppo_settings(recipe))
+
+
+def check_vllm(recipe: Recipe) -> None:
+    """PPO's vLLM engines run inside the training processes, and PPO trains on its own log-probs."""
+    if recipe.generation.backend != "vllm":
+        return
+    section = recipe.generation.vllm
+    if section.mode != "colocate":
+        raise RecipeError(
+            "generation.vllm.mode: PPO runs its vLLM engine inside each training process (colocate); "
+            "a separate server is for GRPO and RLOO"
+        )
+    if section.importance_sampling is not None:
+        raise RecipeError(
+            "generation.vllm.importance_sampling: PPO trains on the log-probs its own forward pass computes "
+            "for the sampled tokens, never on the engine's; remove the key"
+        )
 
 
 # --- a run ---
@@ -314,7 +333,20 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> P
         peft_config=peft_config(recipe.model.lora),
         held_out=components.held_out,
         generation_batch_size=recipe.generation.batch_size,
+        vllm_engine=vllm_engine(recipe, components),
     )
+
+
+def vllm_engine(recipe: Recipe, components: Components) -> EngineSettings | None:
+    """How PPO's vLLM engine starts, for `generation.backend: vllm`: from the policy's folder, sampling with
+    the recipe's settings alone (not the model's generation config)."""
+    if resolve_backend(recipe.generation.backend) != "vllm":
+        return None
+    tokenizer = recipe.model.tokenizer
+    tokenizer_path = (
+        resolve_model_path(tokenizer, needs_config=False, key="model.tokenizer") if tokenizer else None
+    )
+    return engine_settings(recipe, components.policy_path, tokenizer_path, model_generation_config=False)
 
 
 def apply_setting(trainer: PPOTrainer, key: str, value: float) -> None:

@@ -2,7 +2,7 @@
 
 Each update is a fixed sequence of steps:
 
-1. **generate** completions for a batch of prompts (`llm_rl.algorithms.ppo.generation`);
+1. **generate** completions for a batch of prompts (`llm_rl.generation`);
 2. **score** them with the recipe's reward functions (`RewardAdapter`);
 3. **evaluate** the response tokens under the policy, the reference model and the critic (no grad,
    response positions only: `llm_rl.algorithms.ppo.forward`);
@@ -45,7 +45,6 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.algorithms.ppo.generation import Generator, SamplingSettings, build_generator
 from llm_rl.algorithms.ppo.rollout import (
     AdvantageSettings,
     Rollout,
@@ -54,6 +53,9 @@ from llm_rl.algorithms.ppo.rollout import (
     penalise_missing_stop,
 )
 from llm_rl.algorithms.ppo.settings import PPOSettings
+from llm_rl.generation.generators import build_generator
+from llm_rl.generation.sampling import Generator, SamplingSettings
+from llm_rl.generation.vllm_settings import EngineSettings, VLLMInputs
 from llm_rl.models.completions import ends_with_stop, response_lengths, trimmed
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.run_folder import VALUE_MODEL_DIR
@@ -85,12 +87,14 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         peft_config: Any = None,
         held_out: HeldOutReward | None = None,
         generation_batch_size: int | None = None,
+        vllm_engine: EngineSettings | None = None,
     ) -> None:
         """`args` is a `TrainingArguments` whose `gradient_accumulation_steps` counts the micro-batches of one
         mini-batch; `prompts` has `input_ids` and `row_index`; `reference` is None with LoRA (the policy
         with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders;
         `generation_batch_size` (`generation.batch_size`) prompts go to each generate call, by default
-        the no-grad forward's chunk."""
+        the no-grad forward's chunk (with vLLM: the most sequences its engine runs at once);
+        `vllm_engine` starts the engine for `generation.backend: vllm`."""
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -127,6 +131,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             sampling,
             chunk_size=self.generation_chunk_size,
             gather_zero3=settings.ds3_gather_for_generation,
+            vllm=None if vllm_engine is None else VLLMInputs(self.model.policy, tokenizer, vllm_engine),
         )
         self._clip_groups: dict[str, list[torch.nn.Parameter]] | None = None
 
