@@ -21,21 +21,32 @@ GRPO and RLOO use `ColocatedVLLM` through TRL's trainers (`llm_rl.algorithms.trl
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 from trl.generation.vllm_generation import VLLMGeneration, empty_cache
-from trl.trainer.utils import ensure_master_addr_port
 
 from llm_rl.generation.sampling import Completions, SamplingSettings, padded_completions, unpadded_prompts
 from llm_rl.generation.vllm_settings import MAX_BATCHED_TOKENS, EngineSettings
 
 if TYPE_CHECKING:
     from vllm import LLM
+
+
+# One engine a process. vLLM's teardown destroys torch.distributed's default group, which under
+# `accelerate launch` is the run's own, and an idle engine keeps its memory: so a later trainer in the same
+# process (the next stage of a staged run) reuses the engine when it would start the same one, and its
+# first generation pushes the new policy's weights into it.
+ENGINES: dict[str, LLM] = {}
 
 
 def start_engine(
@@ -45,17 +56,63 @@ def start_engine(
     max_num_seqs: int | None,
     model_impl: str = "auto",
 ) -> LLM:
-    """A vLLM engine in this process, one of the run's data-parallel engines.
+    """This process's vLLM engine for `settings`, started unless the process already runs the same one.
 
     vLLM's `external_launcher` joins the processes `accelerate launch` started instead of starting its own,
     so it reads the launch's rank variables (a plain `python` run gets a one-process rendezvous).
     """
-    from vllm import LLM
+    key = engine_key(settings, seed, max_num_seqs, model_impl)
+    if key not in ENGINES:
+        with rank_variables(accelerator):
+            ENGINES[key] = new_engine(settings, seed, max_num_seqs, model_impl)
+    return ENGINES[key]
 
+
+def engine_key(settings: EngineSettings, seed: int, max_num_seqs: int | None, model_impl: str) -> str:
+    """What makes two engines the same: every setting, and the model's config rather than its folder (a
+    stage's policy is the previous stage's, saved elsewhere, with the same architecture)."""
+    config = json.loads((Path(settings.model) / "config.json").read_text())
+    architecture = {
+        key: value for key, value in config.items() if not key.startswith(("_", "transformers_version"))
+    }
+    fields = {**dataclasses.asdict(settings), "model": architecture}
+    return json.dumps([fields, seed, max_num_seqs, model_impl], sort_keys=True, default=str)
+
+
+@contextmanager
+def rank_variables(accelerator: Accelerator) -> Iterator[None]:
+    """The rank and rendezvous variables vLLM reads while it starts, put back as they were afterwards: left
+    set in a plain `python` run, they would make accelerate take the next trainer for a distributed one."""
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    saved = {name: os.environ.get(name) for name in names}
     os.environ["RANK"] = str(accelerator.process_index)
     os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
     os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
-    ensure_master_addr_port()
+    # A launch's own rendezvous, or a fresh one on a port the kernel hands out (a fixed first choice, as
+    # TRL's, collides when two runs start at once).
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that no process holds now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def new_engine(settings: EngineSettings, seed: int, max_num_seqs: int | None, model_impl: str) -> LLM:
+    """A vLLM engine in this process, one of the run's data-parallel engines."""
+    from vllm import LLM
+
     return LLM(
         model=settings.model,
         tokenizer=settings.tokenizer,
@@ -76,6 +133,7 @@ def start_engine(
         generation_config="auto" if settings.model_generation_config else "vllm",
         model_impl=model_impl,
         trust_remote_code=settings.trust_remote_code,
+        use_tqdm_on_load=settings.progress_bars,
     )
 
 
@@ -134,7 +192,7 @@ class ColocatedVLLM(VLLMGeneration):
             model_impl=self.model_impl,
         )
         self.in_place_reload = not holds_checkpoint_weights(engine_model(self.llm))
-        if self.enable_sleep_mode:
+        if self.enable_sleep_mode and not self.llm.llm_engine.is_sleeping():
             self.llm.sleep(level=2)
         self._llm_weights_sleeping = self.enable_sleep_mode
         accelerator.wait_for_everyone()
@@ -178,6 +236,8 @@ class VLLMGenerator:
             max_model_length=engine.max_model_length,
             max_num_seqs=max_num_seqs,
             enable_sleep_mode=engine.sleep_mode,
+            # vLLM's own implementation of the architecture, as TRL's GRPO has it (`check_architecture`).
+            model_impl="vllm",
             trust_remote_code=engine.trust_remote_code,
             max_completion_length=sampling.max_new_tokens,
         )

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerBase
 
 from llm_rl.errors import RecipeError
 from llm_rl.models.load import resolve_model_path
+from llm_rl.monitoring.progress import bars_wanted
 from llm_rl.schema import Recipe, VLLMSection
 from llm_rl.training.args import device_args, world_size
 
@@ -34,6 +35,8 @@ class EngineSettings:
     kv_cache_bytes: int | None
     sleep_mode: bool
     trust_remote_code: bool
+    # vLLM's bar while it loads the weights: for a person at a terminal only (`monitoring.progress`).
+    progress_bars: bool
     # Whether the engine reads the model's generation_config.json (its EOS ids), as TRL's GRPO and RLOO
     # have it; PPO samples with the recipe's settings and stop tokens alone.
     model_generation_config: bool = True
@@ -57,6 +60,7 @@ def engine_settings(
         kv_cache_bytes=None if section.kv_cache_gb is None else int(section.kv_cache_gb * 2**30),
         sleep_mode=section.sleep_mode,
         trust_remote_code=recipe.model.trust_remote_code,
+        progress_bars=bars_wanted(recipe.monitoring.progress),
         model_generation_config=model_generation_config,
     )
 
@@ -128,7 +132,8 @@ def check_vllm_host(recipe: Recipe) -> None:
 
 
 def check_architecture(recipe: Recipe) -> None:
-    """The policy's architecture is one vLLM implements (its config is read, no weights)."""
+    """The policy's architecture is one vLLM implements itself (its config is read, no weights): llm_rl's
+    engines run vLLM's own implementation, as TRL's GRPO does by default (`vllm_model_impl: vllm`)."""
     from transformers import AutoConfig
     from vllm.model_executor.models import ModelRegistry
 
@@ -142,6 +147,6 @@ def check_architecture(recipe: Recipe) -> None:
     if not any(name in supported for name in architectures):
         shown = ", ".join(architectures) or "no architectures entry in config.json"
         raise RecipeError(
-            f"model.policy: vLLM cannot load this model ({shown}): generation.backend: vllm needs an "
-            "architecture vLLM implements; use generation.backend: hf"
+            f"model.policy: vLLM cannot load this model ({shown}): vLLM has no implementation of its "
+            "architecture; use generation.backend: hf"
         )
