@@ -47,7 +47,10 @@ def engine_greedy(engine: Any, prompts: list[list[int]], stop: int) -> list[list
 def transformers_greedy(
     policy: torch.nn.Module, prompts: list[list[int]], stop: int, pad: int
 ) -> list[list[int]]:
-    """transformers' greedy completions of the prompts by the policy as it is now, one prompt a call."""
+    """transformers' greedy completions of the prompts by the policy as it is now, one prompt a call, in eval
+    mode (LoRA's dropout stays out of it, as it stays out of the merged weights the engine gets)."""
+    training = policy.training
+    policy.eval()
     rows = []
     for ids in prompts:
         output = policy.generate(
@@ -59,6 +62,7 @@ def transformers_greedy(
             pad_token_id=pad,
         )
         rows.append(up_to_stop(output[0, len(ids) :].tolist(), stop))
+    policy.train(training)
     return rows
 
 
