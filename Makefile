@@ -58,7 +58,9 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm:
 ifeq ($(VLLM_CPU_BUILD),yes)
 	$(MAKE) vllm-env
-	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -m vllm $(PYTEST_ARGS)
+	# A model cache of its own: the embedded model is built by each environment's transformers.
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_REQUIRE_VLLM=1 LLM_RL_CACHE=$(CURDIR)/.pytest_cache/llm_rl_vllm \
+		$(VLLM_PY) -m pytest -m vllm $(PYTEST_ARGS)
 else
 	@echo "test-vllm: vLLM's CPU build is for x86_64 Linux; this host is $$(uname -sm): vLLM tests not run"
 endif

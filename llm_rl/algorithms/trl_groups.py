@@ -366,8 +366,15 @@ class GroupMetrics(StagedCheckpoints):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """A training log, with the held-out reward joined to it on evaluation updates."""
         if self.held_out is not None and "loss" in logs and self.held_out.due(self.state.global_step):
-            logs = {**logs, **self.held_out(self.model_wrapped, self.accelerator)}
+            held_out = self.held_out(self.model_wrapped, self.accelerator, engine=self.rollout_engine())
+            logs = {**logs, **held_out}
         super().log(logs, start_time)
+
+    def rollout_engine(self) -> Any:
+        """The colocated vLLM engine the trainer generates with (evaluation borrows it), or None."""
+        if getattr(self, "use_vllm", False) and self.vllm_mode == "colocate":
+            return self.vllm_generation
+        return None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

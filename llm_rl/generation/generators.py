@@ -31,7 +31,7 @@ def build_generator(
             raise ValueError("the vllm backend needs its engine settings")
         from llm_rl.generation.vllm_engine import VLLMGenerator
 
-        return VLLMGenerator(
+        return VLLMGenerator.start(
             vllm.policy, accelerator, vllm.tokenizer, sampling, vllm.engine, max_num_seqs=chunk_size
         )
     generator_class = PagedGenerator if sampling.backend == "paged" else HFGenerator

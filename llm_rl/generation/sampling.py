@@ -9,7 +9,7 @@ tokens; an engine that reports its own sampling log-probs may return them too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,8 +17,9 @@ from typing import Any, Protocol
 import torch
 from transformers import GenerationConfig
 
-from llm_rl.generation.backends import with_backend
+from llm_rl.generation.backends import resolve_backend, with_backend
 from llm_rl.models.completions import cut_after_stop
+from llm_rl.schema import GenerationSection
 
 
 @dataclass
@@ -86,6 +87,29 @@ class SamplingSettings:
         return with_backend(config, self.backend)
 
 
+def recipe_sampling(
+    generation: GenerationSection,
+    stop_token_ids: list[int],
+    pad_token_id: int,
+    greedy: bool = False,
+    temperature: float | None = None,
+) -> SamplingSettings:
+    """The sampling settings a recipe's generation section gives, for every part that generates: training
+    rollouts, held-out evaluation (`greedy`) and `llm-rl sample`. `temperature` replaces the section's (a
+    schedule's value at the start)."""
+    return SamplingSettings(
+        max_new_tokens=generation.max_new_tokens,
+        temperature=generation.temperature if temperature is None else temperature,
+        top_p=generation.top_p,
+        top_k=generation.top_k or 0,
+        min_new_tokens=generation.min_new_tokens,
+        stop_token_ids=list(stop_token_ids),
+        pad_token_id=pad_token_id,
+        backend=resolve_backend(generation.backend),
+        greedy=greedy,
+    )
+
+
 @contextmanager
 def sampling_only(policy: torch.nn.Module, config: GenerationConfig) -> Iterator[None]:
     """While generating, `config` stands in for the model's own generation config.
@@ -102,6 +126,19 @@ def sampling_only(policy: torch.nn.Module, config: GenerationConfig) -> Iterator
         yield
     finally:
         model.generation_config = saved
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[batch, longest] prompt ids padded on the left, and their attention mask (1 on tokens): how every
+    generator takes a batch of prompts, so that each completion starts in the same column."""
+    width = max(len(ids) for ids in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+    return ids, mask
 
 
 def unpadded_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:

@@ -208,25 +208,74 @@ class ColocatedVLLM(VLLMGeneration):
         self.llm.reset_prefix_cache()
 
 
-class VLLMGenerator:
-    """PPO's generator on a colocated vLLM engine.
+def vllm_sampling(sampling: SamplingSettings) -> dict[str, Any]:
+    """`SamplingSettings` as vLLM's `SamplingParams` fields: the settings given and nothing else (no model
+    generation config), stopping at the settings' stop tokens alone (with none, only the length limit)."""
+    return {
+        "temperature": 0.0 if sampling.greedy else sampling.temperature,
+        "top_p": 1.0 if sampling.greedy else sampling.top_p,
+        "top_k": 0 if sampling.greedy else sampling.top_k,
+        "max_tokens": sampling.max_new_tokens,
+        "stop_token_ids": list(sampling.stop_token_ids),
+        "ignore_eos": True,
+        "min_tokens": sampling.min_new_tokens or 0,
+    }
 
-    The engine samples with the recipe's settings only (never the model's generation config) and stops at
-    the run's stop tokens. It receives the policy's weights before it first generates (a resumed or
-    warm-started policy is not the folder it started from) and again after every update.
+
+# TRL's `VLLMGeneration` copies these vLLM fields into attributes of its own at start-up, and passes the
+# rest through `generation_kwargs`.
+TRL_SAMPLING_ATTRIBUTES = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "max_tokens": "max_completion_length",
+}
+
+
+@contextmanager
+def sampling_as(rollouts: VLLMGeneration, sampling: SamplingSettings) -> Iterator[None]:
+    """While generating, TRL's vLLM generation samples with `sampling`; its own settings come back after (a
+    GRPO trainer's, when held-out evaluation borrows its engine)."""
+    fields = vllm_sampling(sampling)
+    values = {TRL_SAMPLING_ATTRIBUTES[name]: fields.pop(name) for name in TRL_SAMPLING_ATTRIBUTES}
+    values |= {"min_p": 0.0, "repetition_penalty": 1.0, "generation_kwargs": fields}
+    saved = {name: getattr(rollouts, name) for name in values}
+    for name, value in values.items():
+        setattr(rollouts, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(rollouts, name, value)
+
+
+class VLLMGenerator:
+    """A `Generator` on a colocated vLLM engine: PPO's rollouts, and held-out evaluation on any algorithm's
+    engine.
+
+    The engine samples with `sampling` alone (never the model's generation config) and stops at its stop
+    tokens. It receives the policy's weights before it first generates (a resumed or warm-started policy
+    is not the folder it started from, and an evaluation comes between updates) and again after every
+    update.
     """
 
-    def __init__(
-        self,
+    def __init__(self, rollouts: ColocatedVLLM, sampling: SamplingSettings) -> None:
+        self.rollouts = rollouts
+        self.sampling = sampling
+        self.stale = True
+
+    @classmethod
+    def start(
+        cls,
         policy: torch.nn.Module,
         accelerator: Accelerator,
         tokenizer: PreTrainedTokenizerBase,
         sampling: SamplingSettings,
         engine: EngineSettings,
         max_num_seqs: int,
-    ) -> None:
-        self.sampling = sampling
-        self.rollouts = ColocatedVLLM(
+    ) -> VLLMGenerator:
+        """A generator on this process's engine for `engine`, holding `policy`'s weights."""
+        rollouts = ColocatedVLLM(
             engine,
             model=policy,
             accelerator=accelerator,
@@ -241,7 +290,7 @@ class VLLMGenerator:
             trust_remote_code=engine.trust_remote_code,
             max_completion_length=sampling.max_new_tokens,
         )
-        self.stale = True
+        return cls(rollouts, sampling)
 
     def weights_updated(self) -> None:
         """The policy changed: the engine takes its weights before it generates again."""
@@ -252,31 +301,17 @@ class VLLMGenerator:
         if self.stale:
             self.rollouts.sync_weights()
             self.stale = False
-        self.set_sampling()
-        _, completion_ids, logprobs, _ = self.rollouts.generate(
-            unpadded_prompts(prompt_ids, prompt_mask), images=None, num_generations=1
-        )
+        with sampling_as(self.rollouts, self.sampling):
+            _, completion_ids, logprobs, _ = self.rollouts.generate(
+                unpadded_prompts(prompt_ids, prompt_mask), images=None, num_generations=1
+            )
         rows = [torch.tensor(ids, dtype=torch.long) for ids in completion_ids]
         completions = padded_completions(rows, self.sampling).to(prompt_ids.device)
-        return Completions(completions, sampler_logprobs(logprobs, completions.shape).to(prompt_ids.device))
-
-    def set_sampling(self) -> None:
-        """The sampling settings as they are now (a scheduled temperature changes), in TRL's fields."""
-        sampling, rollouts = self.sampling, self.rollouts
-        rollouts.temperature = 0.0 if sampling.greedy else sampling.temperature
-        rollouts.top_p = 1.0 if sampling.greedy else sampling.top_p
-        rollouts.top_k = 0 if sampling.greedy else sampling.top_k
-        rollouts.max_completion_length = sampling.max_new_tokens
-        rollouts.generation_kwargs = {
-            # The run's stop tokens and no others: with `ppo.stop_token` null only the length limit ends one.
-            "stop_token_ids": list(sampling.stop_token_ids),
-            "ignore_eos": True,
-            "min_tokens": sampling.min_new_tokens or 0,
-        }
+        return Completions(completions, sampler_logprobs(logprobs, completions.shape, prompt_ids.device))
 
 
 def sampler_logprobs(
-    logprobs: list[list[list[float | None]]] | None, shape: torch.Size
+    logprobs: list[list[list[float | None]]] | None, shape: torch.Size, device: torch.device
 ) -> torch.Tensor | None:
     """[batch, width] log-probs the engine gave its sampled tokens (0 past each completion's end)."""
     if logprobs is None:
@@ -285,4 +320,4 @@ def sampler_logprobs(
     for row, tokens in enumerate(logprobs):
         values = [token[0] if token and token[0] is not None else 0.0 for token in tokens[: shape[1]]]
         table[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
-    return table
+    return table.to(device)

@@ -25,7 +25,7 @@ from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_se
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError, did_you_mean
 from llm_rl.generation.backends import resolve_backend
-from llm_rl.generation.sampling import SamplingSettings
+from llm_rl.generation.sampling import SamplingSettings, recipe_sampling
 from llm_rl.generation.vllm_settings import EngineSettings, engine_settings
 from llm_rl.models.completions import eos_token_ids
 from llm_rl.models.load import load_policy, resolve_model_path
@@ -293,16 +293,11 @@ def stop_token_ids(settings: PPOSettings, components: Components) -> list[int]:
 
 def sampling_settings(recipe: Recipe, settings: PPOSettings, components: Components) -> SamplingSettings:
     """How rollouts sample: the generation section, its scheduled temperature, and the stop tokens."""
-    generation = recipe.generation
-    return SamplingSettings(
-        max_new_tokens=generation.max_new_tokens,
-        temperature=start_values(recipe, SCHEDULABLE).get("temperature", generation.temperature),
-        top_p=generation.top_p,
-        top_k=generation.top_k or 0,
-        min_new_tokens=generation.min_new_tokens,
-        stop_token_ids=stop_token_ids(settings, components),
-        pad_token_id=components.tokenizer.pad_token_id,
-        backend=resolve_backend(generation.backend),
+    return recipe_sampling(
+        recipe.generation,
+        stop_token_ids(settings, components),
+        components.tokenizer.pad_token_id,
+        temperature=start_values(recipe, SCHEDULABLE).get("temperature"),
     )
 
 
