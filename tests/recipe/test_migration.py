@@ -761,6 +761,96 @@ def test_a_vllm_field_trl_dropped_gets_the_vllm_word(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# vLLM settings (issue 28): generation.backend: vllm and generation.vllm, for every target
+# --------------------------------------------------------------------------------------------------
+
+SERVER_GRPO = """
+algorithm: grpo
+generation:
+  backend: vllm
+  vllm:
+    mode: server
+    gpu_memory_utilization: 0.5
+    server_host: 10.0.0.2
+    server_port: 8000
+    group_port: 51300
+    importance_sampling: false
+grpo:
+  num_generations: 4
+  vllm_importance_sampling_mode: token_truncate
+  vllm_structured_outputs_regex: "[0-9]+"
+training:
+  per_device_batch_size: 8
+"""
+
+
+def recipe_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "source.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_server_mode_grpo_recipe_becomes_colocated_for_ppo(tmp_path: Path) -> None:
+    source = recipe_file(tmp_path, SERVER_GRPO)
+    migration = migrate(source, "ppo")
+    generation = migration.recipe["generation"]
+    assert generation == {"backend": "vllm", "vllm": {"mode": "colocate", "gpu_memory_utilization": 0.5}}
+    rows = {row.source: row for row in migration.rows}
+    mode = rows["generation.vllm.mode"]
+    assert (mode.value, mode.target, mode.warning) == ("server", "generation.vllm.mode", True)
+    assert "now 'colocate'" in mode.note and "inside each training process" in mode.note
+    for key, warned in (("server_host", True), ("group_port", True), ("server_port", False)):
+        row = rows[f"generation.vllm.{key}"]
+        assert (row.target, row.warning) == ("-", warned), key
+        assert "vLLM server, which PPO does not use" in row.note
+    assert rows["generation.vllm.importance_sampling"].warning
+    assert "structured outputs" in rows["grpo.vllm_structured_outputs_regex"].note
+    assert "its own forward pass" in rows["grpo.vllm_importance_sampling_mode"].note
+    # Every source key has one row: those the conversion changed have no second, "kept" row.
+    sources = [row.source for row in migration.rows if row.source != "(added)"]
+    assert {dotted for dotted, _ in leaves(read_recipe_file(source))} <= set(sources)
+    assert len(sources) == len(set(sources))
+    assert load_recipe_dict(migration.recipe).generation.vllm.mode == "colocate"
+
+
+def test_a_server_mode_grpo_recipe_keeps_its_server_for_rloo(tmp_path: Path) -> None:
+    migration = migrate(recipe_file(tmp_path, SERVER_GRPO), "rloo")
+    engine = migration.recipe["generation"]["vllm"]
+    assert engine == {
+        "mode": "server",
+        "gpu_memory_utilization": 0.5,
+        "server_host": "10.0.0.2",
+        "server_port": 8000,
+        "group_port": 51300,
+    }
+    assert migration.recipe["rloo"]["vllm_structured_outputs_regex"] == "[0-9]+"
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "RLOOConfig has no importance-sampling" in warned["generation.vllm.importance_sampling"]
+    assert "RLOOConfig has no importance-sampling" in warned["grpo.vllm_importance_sampling_mode"]
+    assert not any(source.startswith("generation.vllm.server") for source in warned)
+    assert load_recipe_dict(migration.recipe).generation.vllm.mode == "server"
+
+
+@pytest.mark.parametrize("target", ["grpo", "rloo"])
+def test_a_ppo_vllm_recipe_keeps_its_engine_for_a_group_algorithm(tmp_path: Path, target: str) -> None:
+    engine = {"gpu_memory_utilization": 0.4, "max_model_length": 1024, "sleep_mode": True, "dtype": "float32"}
+    source = recipe_file(
+        tmp_path,
+        yaml.safe_dump(
+            {
+                "algorithm": "ppo",
+                "generation": {"backend": "vllm", "vllm": engine},
+                "training": {"per_device_batch_size": 8},
+            }
+        ),
+    )
+    migration = migrate(source, target)
+    assert migration.recipe["generation"] == {"backend": "vllm", "vllm": engine}
+    assert not any(row.source.startswith("generation.") for row in migration.warnings)
+    assert load_recipe_dict(migration.recipe).generation.vllm.sleep_mode is True
+
+
+# --------------------------------------------------------------------------------------------------
 # Every field a TRL or open-r1 GRPO run can have is accounted for with its own reason
 # --------------------------------------------------------------------------------------------------
 
