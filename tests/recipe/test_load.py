@@ -91,7 +91,10 @@ BAD_RECIPES = [
         {"algorithm": "ppo", "ppo": {"use_liger_kernel": True}},
         "ppo.use_liger_kernel: liger-kernel is not installed here; install it or set ppo.use_liger_kernel: false",
     ),
-    ({"grpo": {"use_vllm": True}}, "grpo.use_vllm: set by the shared section; use generation.backend instead"),
+    (
+        {"grpo": {"use_vllm": True}},
+        "grpo.use_vllm: set by the shared section; use generation.backend instead",
+    ),
     (
         {"rloo": {"vllm_gpu_memory_utilization": 0.5}},
         "rloo.vllm_gpu_memory_utilization: set by the shared section; use generation.vllm.gpu_memory_utilization",
