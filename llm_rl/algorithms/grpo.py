@@ -28,6 +28,7 @@ KL_COEFFICIENT = "grpo.beta"
 # TRL's GRPOConfig default group size.
 DEFAULT_GROUP_SIZE = 8
 COUNTERPARTS = trl_groups.counterparts(GRPOConfig, "GRPO's beta weighs a KL loss term")
+SHARED_OVERRIDES = trl_groups.shared_overrides(GRPOConfig)
 
 
 def section_fields() -> frozenset[str]:

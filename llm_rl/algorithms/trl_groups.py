@@ -22,9 +22,10 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
-from llm_rl.algorithms.base import Counterpart
+from llm_rl.algorithms.base import Counterpart, SharedOverride
 from llm_rl.errors import RecipeError, did_you_mean
 from llm_rl.generation.backends import resolve_backend, with_backend
+from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
 from llm_rl.training.checkpoints import StagedCheckpoints
@@ -167,13 +168,24 @@ def check_schedules(recipe: Recipe, name: str) -> None:
 
 def check_importance_sampling(recipe: Recipe, name: str, config_class: type) -> None:
     """`generation.vllm.importance_sampling` is a setting of TRL's GRPO alone."""
-    if recipe.generation.vllm.importance_sampling is not None and (
-        "vllm_importance_sampling_correction" not in config_fields(config_class)
-    ):
+    if recipe.generation.vllm.importance_sampling is not None and not has_importance_sampling(config_class):
         raise RecipeError(
-            f"generation.vllm.importance_sampling: TRL's {config_class.__name__} has no importance-sampling "
-            f"correction for the engine's sampling probabilities; remove the key for {name}"
+            f"generation.vllm.importance_sampling: {no_importance_sampling(config_class)}; "
+            f"remove the key for {name}"
         )
+
+
+def has_importance_sampling(config_class: type) -> bool:
+    """Whether the TRL config corrects for the engine's sampling probabilities (GRPO's does, RLOO's not)."""
+    return "vllm_importance_sampling_correction" in config_fields(config_class)
+
+
+def no_importance_sampling(config_class: type) -> str:
+    """Why a TRL config without the correction takes none of its settings."""
+    return (
+        f"TRL's {config_class.__name__} has no importance-sampling correction for the engine's sampling "
+        "probabilities"
+    )
 
 
 # --- a run ---
@@ -465,6 +477,22 @@ def zero_spread_hint(series: Series, name: str) -> tuple[str, str] | None:
         f"those groups carry no advantage: raise {name}.num_generations or generation.temperature, or add a "
         "denser reward (partial credit, a format term)",
     )
+
+
+def shared_overrides(config_class: type) -> dict[str, SharedOverride]:
+    """The shared settings a migrated recipe cannot keep for a TRL group trainer: the importance-sampling
+    switch, where its config has no such correction."""
+    if has_importance_sampling(config_class):
+        return {}
+    return {"generation.vllm.importance_sampling": SharedOverride(None, no_importance_sampling(config_class))}
+
+
+def missing_importance_sampling(config_class: type) -> dict[str, str]:
+    """GRPO's importance-sampling settings (`IMPORTANCE_SAMPLING_FIELDS`) where the TRL config has no such
+    correction, and why (none where it has)."""
+    if has_importance_sampling(config_class):
+        return {}
+    return dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, no_importance_sampling(config_class))
 
 
 def migrated_group(

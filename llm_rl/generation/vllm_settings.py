@@ -17,6 +17,17 @@ from llm_rl.training.args import device_args, world_size
 # TRL's colocated engines take at most this many tokens a scheduler step: vLLM's profiler otherwise
 # reserves memory for its much larger default.
 MAX_BATCHED_TOKENS = 4096
+# The `generation.vllm` keys of server mode alone: where `trl vllm-serve` listens, how long to wait for it,
+# and the port of the group that sends it the weights.
+SERVER_KEYS = ("server_base_url", "server_host", "server_port", "server_timeout", "group_port")
+# TRL's settings of the importance-sampling correction beside its switch (`generation.vllm.importance_sampling`):
+# fields of TRL's GRPOConfig, which stay in the algorithm's section.
+IMPORTANCE_SAMPLING_FIELDS = (
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_cap",
+)
 
 
 @dataclass(frozen=True)
