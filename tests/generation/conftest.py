@@ -1,10 +1,19 @@
-"""What the generation tests share: a tiny saved model of an architecture vLLM does not implement."""
+"""What the generation tests share: the vLLM overrides of a small run, and a tiny saved model of an
+architecture vLLM does not implement."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+# One engine a process on a CPU: a small KV cache, so that test workers side by side fit in memory.
+VLLM = ("generation.backend=vllm", "generation.vllm.kv_cache_gb=1")
+
+
+def group_size(algorithm: str) -> tuple[str, ...]:
+    """GRPO and RLOO: groups of 4 completions."""
+    return () if algorithm == "ppo" else (f"{algorithm}.num_generations=4",)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
-"""`generation.backend: vllm` on vLLM's CPU build, for every algorithm: the engine holds the policy's weights
-after every update (and a skipped sync is caught), the embedded default trains into a complete run folder,
-a killed run resumes, a staged run hands over, and what this host cannot do is refused at validate.
+"""`generation.backend: vllm` on vLLM's CPU build, for every algorithm: the embedded default trains into a
+complete run folder, a killed run resumes, a staged run hands over, held-out evaluation runs on the
+trainer's engine, and what this host cannot do is refused at validate.
 
 Marked `vllm`: `make test-vllm` runs them in .venv-vllm, where vLLM's CPU build is installed.
 """
@@ -20,71 +20,9 @@ import yaml
 
 from llm_rl.training.checkpoints import list_checkpoints, read_state
 from tests.conftest import ALGORITHMS, ARITHMETIC, LLM_RL, REPO, entry, rows, run_entry, run_ok, sets
+from tests.generation.conftest import VLLM
 
 pytestmark = pytest.mark.vllm
-
-# One engine a process on a CPU: a small KV cache, so that test workers side by side fit in memory.
-VLLM = ("generation.backend=vllm", "generation.vllm.kv_cache_gb=1")
-
-
-def group_size(algorithm: str) -> tuple[str, ...]:
-    """GRPO and RLOO: groups of 4 completions."""
-    return () if algorithm == "ppo" else (f"{algorithm}.num_generations=4",)
-
-
-def sync_probes(algorithm: str, output: Path, skip_sync: bool = False) -> list[dict]:
-    """Three updates of 32 samples at a learning rate that moves the greedy answers, probed before every
-    generation (tests/vllm_sync_probe.py)."""
-    overrides = [
-        f"run.output_dir={output}",
-        "training.max_steps=3",
-        "training.per_device_batch_size=32",
-        "training.learning_rate=1e-3",
-        "monitoring.wandb.mode=disabled",
-        "monitoring.progress=false",
-        *VLLM,
-        *group_size(algorithm),
-    ]
-    command = ["tests/vllm_sync_probe.py", str(ARITHMETIC / f"{algorithm}.yaml"), *sets(*overrides)]
-    result = run_entry([*command, *(["--skip-sync"] if skip_sync else [])])
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads((output / "sync-probe.json").read_text())
-
-
-def agreeing(probe: dict) -> int:
-    """How many of the 100 probe prompts the engine completes exactly as transformers does."""
-    return sum(engine == hf for engine, hf in zip(probe["engine"], probe["transformers"], strict=True))
-
-
-def moved(before: dict, after: dict) -> int:
-    """How many greedy completions of the policy an update changed."""
-    return sum(a != b for a, b in zip(before["transformers"], after["transformers"], strict=True))
-
-
-# --------------------------------------------------------------------------------------------------
-# The engine holds the policy's weights
-# --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_the_engine_samples_the_updated_policy_after_every_update(tmp_path: Path, algorithm: str) -> None:
-    """fp32 greedy completions of the engine equal transformers' for the policy as the trainer holds it:
-    before any update (the hf backend's answers), and after each of two updates that changed them."""
-    probes = sync_probes(algorithm, tmp_path / "run")
-    assert len(probes) == 3, "one probe per generation: before updates 1, 2 and 3"
-    assert [agreeing(probe) for probe in probes] == [100, 100, 100]
-    assert moved(probes[0], probes[1]) > 0 and moved(probes[1], probes[2]) > 0, "updates too small to tell"
-
-
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_a_skipped_weight_sync_is_caught(tmp_path: Path, algorithm: str) -> None:
-    """The same run with the engine's weight push turned into nothing: after an update the engine still
-    answers as the starting policy, and the comparison above fails."""
-    probes = sync_probes(algorithm, tmp_path / "run", skip_sync=True)
-    assert agreeing(probes[0]) == 100
-    assert agreeing(probes[1]) < 100 and agreeing(probes[2]) < 100
-    assert probes[2]["engine"] == probes[0]["engine"], "a stale engine keeps the starting weights"
-
 
 # --------------------------------------------------------------------------------------------------
 # Runs
@@ -168,6 +106,22 @@ def test_a_staged_run_hands_over_from_grpo_to_ppo_on_vllm(tmp_path: Path) -> Non
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "completed"
     assert [row["step"] for row in rows(tmp_path / "run")] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_held_out_evaluation_runs_on_the_trainers_engine(tmp_path: Path, algorithm: str) -> None:
+    """Greedy held-out completions from the engine (fp32) score as transformers' do: the starting policy's
+    held-out reward is the same on both backends, and every evaluation row is there."""
+    evaluation = ("training.max_steps=2", "evaluation.every=2", "evaluation.at_start=true")
+    run_ok(algorithm, tmp_path / "hf", *evaluation)
+    run_ok(algorithm, tmp_path / "vllm", *evaluation, *VLLM)
+    held_out = {
+        backend: [row for row in rows(tmp_path / backend) if "eval/reward/mean" in row]
+        for backend in ("hf", "vllm")
+    }
+    assert [row["step"] for row in held_out["vllm"]] == [0, 2]
+    assert held_out["vllm"][0]["eval/num_prompts"] == 200
+    assert held_out["vllm"][0]["eval/reward/mean"] == held_out["hf"][0]["eval/reward/mean"]
 
 
 # --------------------------------------------------------------------------------------------------
