@@ -184,7 +184,7 @@ def command_sample(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         from llm_rl.tools.sample import print_samples, sample_file
 
-        results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens)
+        results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens, args.backend)
     print_samples(results, args.json)
     return EXIT_OK
 
@@ -305,6 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-new-tokens", type=int, help="default: the run's generation.max_new_tokens"
     )
     sample_parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    sample_parser.add_argument(
+        "--backend",
+        choices=["auto", "hf", "static", "paged", "vllm"],
+        default="auto",
+        help="the generation backend (default auto: the run's own where this host runs it, else hf)",
+    )
     sample_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sample_parser.set_defaults(run=command_sample)
     compare_parser = commands.add_parser("compare", help="compare run folders: plots and a table")

@@ -28,7 +28,7 @@ import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from accelerate import Accelerator
@@ -49,9 +49,21 @@ if TYPE_CHECKING:
 ENGINES: dict[str, LLM] = {}
 
 
+class ProcessPlace(NamedTuple):
+    """Where this process sits in its run: what vLLM's `external_launcher` reads from the rank variables."""
+
+    index: int = 0
+    local_index: int = 0
+    count: int = 1
+
+    @classmethod
+    def of(cls, accelerator: Accelerator) -> ProcessPlace:
+        return cls(accelerator.process_index, accelerator.local_process_index, accelerator.num_processes)
+
+
 def start_engine(
     settings: EngineSettings,
-    accelerator: Accelerator,
+    place: ProcessPlace,
     seed: int,
     max_num_seqs: int | None,
     model_impl: str = "auto",
@@ -63,7 +75,7 @@ def start_engine(
     """
     key = engine_key(settings, seed, max_num_seqs, model_impl)
     if key not in ENGINES:
-        with rank_variables(accelerator):
+        with rank_variables(place):
             ENGINES[key] = new_engine(settings, seed, max_num_seqs, model_impl)
     return ENGINES[key]
 
@@ -80,14 +92,14 @@ def engine_key(settings: EngineSettings, seed: int, max_num_seqs: int | None, mo
 
 
 @contextmanager
-def rank_variables(accelerator: Accelerator) -> Iterator[None]:
+def rank_variables(place: ProcessPlace) -> Iterator[None]:
     """The rank and rendezvous variables vLLM reads while it starts, put back as they were afterwards: left
     set in a plain `python` run, they would make accelerate take the next trainer for a distributed one."""
     names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     saved = {name: os.environ.get(name) for name in names}
-    os.environ["RANK"] = str(accelerator.process_index)
-    os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
-    os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
+    os.environ["RANK"] = str(place.index)
+    os.environ["LOCAL_RANK"] = str(place.local_index)
+    os.environ["WORLD_SIZE"] = str(place.count)
     # A launch's own rendezvous, or a fresh one on a port the kernel hands out (a fixed first choice, as
     # TRL's, collides when two runs start at once).
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -186,7 +198,7 @@ class ColocatedVLLM(VLLMGeneration):
             )
         self.llm = start_engine(
             self.engine,
-            accelerator,
+            ProcessPlace.of(accelerator),
             seed=accelerator.process_index // group,
             max_num_seqs=self.max_num_seqs,
             model_impl=self.model_impl,
@@ -321,3 +333,29 @@ def sampler_logprobs(
         values = [token[0] if token and token[0] is not None else 0.0 for token in tokens[: shape[1]]]
         table[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
     return table.to(device)
+
+
+class FolderVLLMGenerator:
+    """A `Generator` on a vLLM engine started from a saved policy (`llm-rl sample`): the engine loads the
+    folder's weights itself, so there is nothing to push."""
+
+    def __init__(self, llm: LLM, sampling: SamplingSettings) -> None:
+        self.llm = llm
+        self.sampling = sampling
+
+    @classmethod
+    def start(cls, engine: EngineSettings, sampling: SamplingSettings, seed: int = 0) -> FolderVLLMGenerator:
+        """An engine of this process alone for the folder `engine.model`."""
+        return cls(start_engine(engine, ProcessPlace(), seed=seed, max_num_seqs=None), sampling)
+
+    def weights_updated(self) -> None:
+        """Nothing to do: the engine serves the folder's weights."""
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
+        from vllm import SamplingParams
+
+        prompts = [{"prompt_token_ids": ids} for ids in unpadded_prompts(prompt_ids, prompt_mask)]
+        outputs = self.llm.generate(prompts, SamplingParams(**vllm_sampling(self.sampling)), use_tqdm=False)
+        rows = [torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long) for output in outputs]
+        return Completions(padded_completions(rows, self.sampling))

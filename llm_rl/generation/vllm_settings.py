@@ -4,6 +4,7 @@ recipe never imports vLLM (`llm_rl.generation.vllm_engine` does)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -74,6 +75,13 @@ def engine_settings(
         progress_bars=bars_wanted(recipe.monitoring.progress),
         model_generation_config=model_generation_config,
     )
+
+
+def folder_engine_settings(folder: Path, weights: Path, recipe: Recipe | None) -> EngineSettings:
+    """An engine for a saved policy (`llm-rl sample`): the run's vLLM settings where it had them, the weights
+    from `weights` (an adapter's merged copy), the tokenizer from `folder`, the model's generation config
+    left out (the request says how to sample)."""
+    return engine_settings(recipe or Recipe(), str(weights), str(folder), model_generation_config=False)
 
 
 def engine_dtype(dtype: str, precision: str) -> str:
