@@ -95,7 +95,8 @@ def command_plan(args: argparse.Namespace) -> int:
     from llm_rl.recipe.load import load_recipe
     from llm_rl.tools.plan import algorithm_comparison, describe_plan, plan
 
-    recipe = load_recipe(args.recipe, args.overrides)
+    # For the GPUs the run will have: this host need not run the recipe's generation backend.
+    recipe = load_recipe(args.recipe, args.overrides, on_this_host=False)
     result = plan(recipe, args.gpus, args.gpu_memory)
     print(describe_plan(result))
     print(algorithm_comparison(recipe, result))

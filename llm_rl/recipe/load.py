@@ -44,14 +44,18 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
 
 
-def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
-    """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it."""
+def load_recipe(
+    path: str | Path | None, overrides: list[str] | None = None, on_this_host: bool = True
+) -> Recipe:
+    """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it; with
+    `on_this_host`, also that this host can run it (`llm-rl plan` plans for other hosts)."""
     where = str(path) if path is not None else "<default recipe>"
     raw = read_recipe_file(Path(path)) if path is not None else {}
     for override in overrides or []:
         apply_override(raw, override, where)
     recipe = validate_recipe(raw, where)
-    check_host(recipe, where)
+    if on_this_host:
+        check_host(recipe, where)
     return recipe
 
 
