@@ -153,19 +153,25 @@ def check_vllm_host(recipe: Recipe) -> None:
 def check_architecture(recipe: Recipe) -> None:
     """The policy's architecture is one vLLM implements itself (its config is read, no weights): llm_rl's
     engines run vLLM's own implementation, as TRL's GRPO does by default (`vllm_model_impl: vllm`)."""
+    path = resolve_model_path(recipe.model.policy)
+    problem = architecture_problem(path, recipe.model.trust_remote_code)
+    if problem is not None:
+        raise RecipeError(f"model.policy: {problem}; use generation.backend: hf")
+
+
+def architecture_problem(path: str | Path, trust_remote_code: bool = False) -> str | None:
+    """Why vLLM cannot load the model at `path` (None when it can, or when its config does not load: the
+    model's own check says what is wrong then): its config names no architecture vLLM implements."""
     from transformers import AutoConfig
     from vllm.model_executor.models import ModelRegistry
 
-    path = resolve_model_path(recipe.model.policy)
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=recipe.model.trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception:  # noqa: BLE001 - the model's own check (validate, build_components) says what is wrong
-        return
+        return None
     architectures = list(getattr(config, "architectures", None) or [])
     supported = set(ModelRegistry.get_supported_archs())
-    if not any(name in supported for name in architectures):
-        shown = ", ".join(architectures) or "no architectures entry in config.json"
-        raise RecipeError(
-            f"model.policy: vLLM cannot load this model ({shown}): vLLM has no implementation of its "
-            "architecture; use generation.backend: hf"
-        )
+    if any(name in supported for name in architectures):
+        return None
+    shown = ", ".join(architectures) or "no architectures entry in config.json"
+    return f"vLLM cannot load this model ({shown}): vLLM has no implementation of its architecture"

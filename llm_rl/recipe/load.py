@@ -59,6 +59,12 @@ def load_recipe(
     return recipe
 
 
+def load_run_recipe(path: Path) -> Recipe:
+    """A run folder's recipe.yaml, for the tools that read the run: validated as written, not checked
+    against this host (a run trained on vLLM is served or sampled where vLLM is absent)."""
+    return validate_recipe(read_recipe_file(path), str(path), as_source=True)
+
+
 def check_host(recipe: Recipe, where: str) -> None:
     """What the recipe needs of this host: its generation backend and the packages it switches on.
 

@@ -27,7 +27,7 @@ from llm_rl.generation.sampling import Generator, SamplingSettings, left_padded,
 from llm_rl.generation.vllm_settings import folder_engine_settings
 from llm_rl.models.completions import cut_after_stop, eos_token_ids, trimmed
 from llm_rl.models.load import is_adapter_folder, merged_adapter_path
-from llm_rl.recipe.load import load_recipe
+from llm_rl.recipe.load import load_run_recipe
 from llm_rl.rewards import build_reward_functions
 from llm_rl.rewards.scoring import RewardAdapter
 from llm_rl.run_folder import RECIPE_FILE
@@ -66,10 +66,11 @@ def tool_backend(requested: str, recipe: Recipe | None) -> str:
 
 
 def run_recipe(folder: Path) -> Recipe | None:
-    """The recipe of the run a policy folder belongs to (the folder's, or its parent's recipe.yaml)."""
+    """The recipe of the run a policy folder belongs to (the folder's, or its parent's recipe.yaml), as it
+    ran: its generation backend need not run on this host (`tool_backend` falls back to `hf`)."""
     for candidate in (folder, folder.parent, folder.parent.parent):
         if (candidate / RECIPE_FILE).is_file():
-            return load_recipe(candidate / RECIPE_FILE)
+            return load_run_recipe(candidate / RECIPE_FILE)
     return None
 
 
