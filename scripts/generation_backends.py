@@ -255,11 +255,16 @@ def cell(value: Any, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def not_measured(head: str, row: dict[str, Any], cells: int) -> str:
+    """The printed row of a backend without numbers: its status and why in the first of its `cells`."""
+    return f"{head} {row['status']}: {row['reason']} |" + " |" * (cells - 1)
+
+
 def generation_row(row: dict[str, Any]) -> str:
     """One printed row: the numbers, or why the backend was skipped."""
     head = f"| {row['model']} | {row['batch']} | {row['new_tokens']} | {row['backend']} |"
     if row["status"] != "ok":
-        return f"{head} {row['status']}: {row['reason']} | | | | | | |"
+        return not_measured(head, row, cells=7)
     return (
         f"{head} {row['start_s']:.2f} | {row['first_call_s']:.2f} | {row['tokens_per_s']:,.0f} "
         f"| {cell(row['ratio_to_hf'], '{:.2f}')} | {cell(row['cpu_ratio_to_hf'], '{:.2f}')} "
@@ -365,7 +370,7 @@ def update_row(row: dict[str, Any]) -> str:
     """One printed row of the updates table."""
     head = f"| {row['run']} | {row['backend']} |"
     if row["status"] != "ok":
-        return f"{head} {row['status']}: {row['reason']} | | | | | |"
+        return not_measured(head, row, cells=6)
     ratio = row.get("ratio_to_hf")
     low, high = row.get("ratio_range") or (0.0, 0.0)
     against = "-" if ratio is None else f"{ratio:.2f} ({low:.2f}-{high:.2f})"
