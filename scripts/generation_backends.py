@@ -3,7 +3,7 @@ interface (the path a rollout takes), on the embedded tiny model and on SmolLM2-
 wall time of training updates of the real trainers on each backend.
 
     python scripts/generation_backends.py [--models tiny smollm2] [--backends hf static vllm]
-        [--batches N ...] [--new-tokens N ...] [--repeats 3]
+        [--batches N ...] [--new-tokens N ...] [--repeats N]
         [--updates tiny-ppo tiny-grpo smollm2-ppo] [--update-steps N] [--update-repeats N] [--json PATH]
 
 Generation: each model samples its PPO recipe's prompts (tiny: recipes/arithmetic; SmolLM2: the word
@@ -12,8 +12,9 @@ and completion length. The backends alternate within each repeat, the order reve
 repeat, so that drift in the machine's speed reaches every backend alike. Per backend: start s (building
 the generator: vLLM's engine start, paid once a model), first call s (static's compile, vLLM's first
 push of the policy's weights), steady tokens/s (generated tokens up to each completion's stop, the
-median over the calls after the first) and its ratio to hf measured in the same run; for vllm also one
-push of the weights into the engine, which a PPO rollout pays after every update.
+median over the calls after the first) and its ratio to hf measured in the same run, in wall time and in
+CPU time (this process's, every thread's: less moved by other work on the cores, not free of it); for
+vllm also one push of the weights into the engine, which a PPO rollout pays after every update.
 
 Updates: short runs of the real trainers (`recipes/<algorithm>.py`), each in a process of its own, the
 backends alternating in the same way. Seconds per update are read from the run folder's metrics.jsonl
@@ -76,17 +77,19 @@ QUIET_RUN = ("monitoring.wandb.mode=disabled", "monitoring.progress=false", "che
 @dataclass(frozen=True)
 class ModelCase:
     """A model's generation measurement: the PPO recipe whose model, prompts, sampling and stop tokens are
-    used, and the batch sizes and completion lengths measured by default."""
+    used, and the batch sizes, completion lengths and steady calls a backend measured by default."""
 
     recipe: Path
     batches: tuple[int, ...]
     new_tokens: tuple[int, ...]
+    repeats: int
 
 
-# tiny: the embedded recipe's 3 tokens and a longer 16; SmolLM2: word_sums' 16 tokens and a longer 64.
+# tiny: the embedded recipe's 3 tokens and a longer 16, in calls of milliseconds, which one pause of the
+# process would decide: many of them. SmolLM2: word_sums' 16 tokens and a longer 64, in calls of seconds.
 MODELS = {
-    "tiny": ModelCase(RECIPES / "arithmetic" / "ppo.yaml", (64, 256), (3, 16)),
-    "smollm2": ModelCase(RECIPES / "word_sums" / "ppo.yaml", (16,), (16, 64)),
+    "tiny": ModelCase(RECIPES / "arithmetic" / "ppo.yaml", (64, 256), (3, 16), repeats=15),
+    "smollm2": ModelCase(RECIPES / "word_sums" / "ppo.yaml", (16,), (16, 64), repeats=3),
 }
 
 
@@ -282,7 +285,8 @@ def generation_rows(args: argparse.Namespace, skipped: dict[str, str], folder: P
         for batch in batches:
             for new_tokens in lengths:
                 where = {"model": name, "batch": batch, "new_tokens": new_tokens}
-                measured = measure_generation(setup, runnable, batch, new_tokens, args.repeats, max(batches))
+                repeats = args.repeats or case.repeats
+                measured = measure_generation(setup, runnable, batch, new_tokens, repeats, max(batches))
                 for backend, numbers in measured.items():
                     ratios = ratios_to_hf(numbers, measured.get("hf"))
                     yield {**where, "backend": backend, "status": "ok", **numbers, **ratios}
@@ -409,7 +413,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (default: the model's)")
     parser.add_argument("--new-tokens", type=int, nargs="+", help="completion lengths (default: the model's)")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="steady generate calls a backend (after the first)"
+        "--repeats", type=int, help="steady generate calls a backend after the first (default: the model's)"
     )
     parser.add_argument("--updates", nargs="*", choices=list(UPDATES), default=list(UPDATES),
                         help="training measurements (none: generation only)")  # fmt: skip
