@@ -22,6 +22,10 @@ backends alternating in the same way. Seconds per update are read from the run f
 push), the steady figure the median of the others; the ratio is hf's seconds per update over the
 backend's in the same repeat (above 1: faster than hf), its median and range over the repeats.
 
+Every row also gives the host's 1-minute load average when it was measured (for updates, the highest at
+the end of its runs): this process's own threads count about as many as the cores, more says other work
+shared them, and its numbers moved with it.
+
 A backend this host cannot run (vllm without vLLM, static without a compiler) gets rows that say why.
 This is what `generation.backend: auto` is chosen from on CPU (llm_rl/generation/backends.py).
 """
@@ -249,8 +253,8 @@ def ratios_to_hf(numbers: dict[str, Any], hf: dict[str, Any] | None) -> dict[str
 
 GENERATION_HEADER = [
     "| model | batch | max new tokens | backend | start s | first call s | tokens/s | against hf "
-    "| against hf in CPU time | tokens a completion | weight push s |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "| against hf in CPU time | tokens a completion | weight push s | load average |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 
 
@@ -267,11 +271,11 @@ def generation_row(row: dict[str, Any]) -> str:
     """One printed row: the numbers, or why the backend was skipped."""
     head = f"| {row['model']} | {row['batch']} | {row['new_tokens']} | {row['backend']} |"
     if row["status"] != "ok":
-        return not_measured(head, row, cells=7)
+        return not_measured(head, row, cells=8)
     return (
         f"{head} {row['start_s']:.2f} | {row['first_call_s']:.2f} | {row['tokens_per_s']:,.0f} "
         f"| {cell(row['ratio_to_hf'], '{:.2f}')} | {cell(row['cpu_ratio_to_hf'], '{:.2f}')} "
-        f"| {row['tokens_a_completion']:.1f} | {cell(row['weight_push_s'], '{:.2f}')} |"
+        f"| {row['tokens_a_completion']:.1f} | {cell(row['weight_push_s'], '{:.2f}')} | {row['load_average']:.1f} |"
     )
 
 
@@ -287,9 +291,17 @@ def generation_rows(args: argparse.Namespace, skipped: dict[str, str], folder: P
                 where = {"model": name, "batch": batch, "new_tokens": new_tokens}
                 repeats = args.repeats or case.repeats
                 measured = measure_generation(setup, runnable, batch, new_tokens, repeats, max(batches))
+                load = os.getloadavg()[0]
                 for backend, numbers in measured.items():
                     ratios = ratios_to_hf(numbers, measured.get("hf"))
-                    yield {**where, "backend": backend, "status": "ok", **numbers, **ratios}
+                    yield {
+                        **where,
+                        "backend": backend,
+                        "status": "ok",
+                        **numbers,
+                        **ratios,
+                        "load_average": load,
+                    }
                 for backend, reason in skipped.items():
                     yield {**where, "backend": backend, "status": "skipped", "reason": reason}
 
@@ -310,12 +322,13 @@ def run_updates(case: UpdateCase, backend: str, output: Path, steps: int) -> dic
     wall, result = timed(
         lambda: subprocess.run(command, cwd=REPO, env=worker_env(), capture_output=True, text=True)
     )
-    seconds = update_seconds(output)
+    seconds, load = update_seconds(output), os.getloadavg()[0]
     if result.returncode != 0 or len(seconds) < 2:
         return {"status": "failed", "reason": last_error(result.stderr), "wall_s": wall}
     rows = read_rows(output)
     return {
         "status": "ok",
+        "load_average": load,
         "wall_s": wall,
         "samples_an_update": rows[-1]["samples"] / len(rows),
         "first_update_s": seconds[0],
@@ -345,7 +358,16 @@ def measure_updates(
     results = {}
     for backend, done in runs.items():
         failed = [run for run in done if run["status"] != "ok"]
-        results[backend] = failed[0] if failed else {"status": "ok", "repeats": len(done), **medians(done)}
+        results[backend] = (
+            failed[0]
+            if failed
+            else {
+                "status": "ok",
+                "repeats": len(done),
+                **medians(done),
+                "load_average": max(run["load_average"] for run in done),
+            }
+        )
         if not failed and "hf" in runs and all(run["status"] == "ok" for run in runs["hf"]):
             results[backend] |= against_hf(runs["hf"], done)
     return results
@@ -365,8 +387,8 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 UPDATES_HEADER = [
     "| run | backend | samples an update | run wall s | first update s | s per update | samples/s "
-    "| hf s / backend s, median (range) |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    "| hf s / backend s, median (range) | load average |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 
 
@@ -374,14 +396,14 @@ def update_row(row: dict[str, Any]) -> str:
     """One printed row of the updates table."""
     head = f"| {row['run']} | {row['backend']} |"
     if row["status"] != "ok":
-        return not_measured(head, row, cells=6)
+        return not_measured(head, row, cells=7)
     ratio = row.get("ratio_to_hf")
     low, high = row.get("ratio_range") or (0.0, 0.0)
     against = "-" if ratio is None else f"{ratio:.2f} ({low:.2f}-{high:.2f})"
     return (
         f"{head} {row['samples_an_update']:.0f} | {row['wall_s']:.0f} | {row['first_update_s']:.2f} "
         f"| {row['seconds_per_update']:.2f} | {row['samples_an_update'] / row['seconds_per_update']:.1f} "
-        f"| {against} |"
+        f"| {against} | {row['load_average']:.1f} |"
     )
 
 

@@ -38,7 +38,7 @@ def check_measured(row: dict) -> None:
     assert row["status"] == "ok", row
     assert row["tokens_per_s"] > 0 and row["tokens_per_cpu_s"] > 0 and row["first_call_s"] > 0
     assert 1.0 <= row["tokens_a_completion"] <= 3.0, "tokens up to each stop, at most the 3 asked for"
-    assert row["ratio_to_hf"] > 0 and row["cpu_ratio_to_hf"] > 0
+    assert row["ratio_to_hf"] > 0 and row["cpu_ratio_to_hf"] > 0 and row["load_average"] >= 0
 
 
 def check_updates(row: dict) -> None:
@@ -46,6 +46,7 @@ def check_updates(row: dict) -> None:
     assert row["status"] == "ok", row
     assert row["run"] == "tiny-ppo" and row["updates"] == 2 and row["samples_an_update"] == 64
     assert row["first_update_s"] > 0 and row["seconds_per_update"] > 0 and row["wall_s"] > 0
+    assert row["load_average"] >= 0
     assert row["ratio_to_hf"] > 0 and row["ratio_range"][0] <= row["ratio_to_hf"] <= row["ratio_range"][1]
 
 
