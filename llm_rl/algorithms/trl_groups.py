@@ -23,8 +23,10 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from llm_rl.algorithms.base import Counterpart, SharedOverride
+from llm_rl.data.prompts import longest_prompt
 from llm_rl.errors import RecipeError, did_you_mean
 from llm_rl.generation.backends import resolve_backend, with_backend
+from llm_rl.generation.transformers_generators import paged_cache_config
 from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
@@ -343,6 +345,26 @@ def compiled_generation(trainer: Trainer, recipe: Recipe) -> None:
         with_backend(config, backend)
 
 
+def sized_paged_cache(trainer: Trainer, components: Components) -> None:
+    """Size the paged cache of a TRL trainer built with continuous batching (`paged`) to its rollouts.
+
+    TRL 1.16 lets transformers size it to half the free memory, which on a CPU is half the host's RAM.
+    TRL generates a process's whole share of the generation batch in one call.
+    """
+    recipe = components.recipe
+    if not getattr(trainer, "use_transformers_continuous_batching", False):
+        return
+    if recipe.section(recipe.algorithm).get("transformers_continuous_batching_config"):
+        return  # the recipe sized it itself
+    trainer.continuous_batching_config = paged_cache_config(
+        requests=trainer.args.generation_batch_size // trainer.accelerator.num_processes,
+        longest_prompt=longest_prompt(
+            components.data.train, recipe.data.max_prompt_length, components.tokenizer
+        ),
+        max_new_tokens=recipe.generation.max_new_tokens,
+    )
+
+
 def check_router_aux_loss(recipe: Recipe, name: str, policy: PreTrainedModel) -> None:
     """`router_aux_loss_coef` only weighs a Mixture-of-Experts router loss.
 
@@ -423,6 +445,7 @@ def build_trainer(
         held_out=components.held_out,
     )
     compiled_generation(trainer, components.recipe)
+    sized_paged_cache(trainer, components)
     if colocated_vllm(components.recipe):
         attach_colocated_vllm(trainer, components)
     return trainer

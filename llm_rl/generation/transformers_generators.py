@@ -6,8 +6,10 @@ Both read the training weights themselves, so an optimizer update needs no copyi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -77,10 +79,36 @@ class HFGenerator:
         """Nothing to do: generation reads the training weights themselves."""
 
 
+# transformers' own default for the tokens one continuous-batching step may carry.
+DEFAULT_MAX_BATCH_TOKENS = 8192
+
+
+def paged_cache_config(requests: int, longest_prompt: int, max_new_tokens: int) -> Any:
+    """Continuous batching sized to the rollout: a paged cache that holds `requests` sequences of the
+    longest prompt plus `max_new_tokens` at once, and no more.
+
+    Left to itself transformers sizes the cache to a share of the free memory, which on a CPU is most of
+    the host's RAM (14 GiB for the tiny model on a 24 GiB machine): slow to allocate and fatal to anything
+    else running. A smaller cache than the rollout needs is still correct (requests wait for free pages),
+    only slower, so an estimate of the longest prompt is enough.
+    """
+    # transformers 5.8 and later (`continuous_batching_problem` checks before `paged` is chosen).
+    from transformers.generation import ContinuousBatchingConfig
+
+    config = ContinuousBatchingConfig()
+    # `page_size` was `block_size` before transformers 5.17.
+    page = getattr(config, "page_size", None) or config.block_size
+    config.num_blocks = requests * math.ceil((longest_prompt + max_new_tokens) / page)
+    config.max_requests_per_batch = requests
+    # Every prompt's prefill in one step, and no more: the attention masks grow with this times the cache.
+    config.max_batch_tokens = max(requests, min(DEFAULT_MAX_BATCH_TOKENS, requests * longest_prompt))
+    return config
+
+
 class PagedGenerator(HFGenerator):
     """transformers' continuous batching (`generate_batch`) on the policy being trained: requests are
     scheduled token by token over a paged KV cache, so no prompt is padded and a finished completion frees
-    its slot at once. `chunk_size` prompts are handed over a call."""
+    its slot at once. `chunk_size` prompts are handed over a call, with a cache sized to them."""
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Completions:
@@ -90,7 +118,10 @@ class PagedGenerator(HFGenerator):
         with self.generating_policy(config) as policy:
             for start in range(0, len(prompts), self.chunk_size):
                 chunk = prompts[start : start + self.chunk_size]
-                outputs = policy.generate_batch(chunk, generation_config=config, progress_bar=False)
+                cache = paged_cache_config(len(chunk), max(map(len, chunk)), config.max_new_tokens)
+                outputs = policy.generate_batch(
+                    chunk, generation_config=config, continuous_batching_config=cache, progress_bar=False
+                )
                 # Requests are numbered req_<n> in the order given; the answer comes in the order they ended.
                 ordered = sorted(
                     outputs.values(), key=lambda output: int(output.request_id.rsplit("_", 1)[1])
