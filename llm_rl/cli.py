@@ -13,8 +13,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llm_rl.errors import UserInputError
+
+if TYPE_CHECKING:
+    from llm_rl.tools.serve.limits import ServeLimits
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 API_KEY_VARIABLE = "LLM_RL_API_KEY"
@@ -95,7 +99,8 @@ def command_plan(args: argparse.Namespace) -> int:
     from llm_rl.recipe.load import load_recipe
     from llm_rl.tools.plan import algorithm_comparison, describe_plan, plan
 
-    recipe = load_recipe(args.recipe, args.overrides)
+    # For the GPUs the run will have: this host need not run the recipe's generation backend.
+    recipe = load_recipe(args.recipe, args.overrides, on_this_host=False)
     result = plan(recipe, args.gpus, args.gpu_memory)
     print(describe_plan(result))
     print(algorithm_comparison(recipe, result))
@@ -147,8 +152,13 @@ def command_export(args: argparse.Namespace) -> int:
 
 
 def command_serve(args: argparse.Namespace) -> int:
-    """Serve a trained policy over HTTP (OpenAI's API and /generate) until interrupted."""
-    from llm_rl.tools.serve import ServeLimits, make_server
+    """Serve a trained policy over HTTP until interrupted: llm-rl's FastAPI server (OpenAI's API and
+    /generate), or vLLM's own OpenAI-compatible server (`--backend vllm`, or `auto` for a run trained on vLLM)."""
+    # Libraries print on import and load (transformers, under WANDB_MODE=offline): stdout is the one
+    # "serving ... on http://HOST:PORT" line alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        from llm_rl.tools.serve import ServeLimits, serve_backend
+        from llm_rl.tools.serve.vllm_server import refuse_fastapi_limits
 
     limits = ServeLimits(
         max_body_bytes=args.max_body_bytes,
@@ -159,16 +169,35 @@ def command_serve(args: argparse.Namespace) -> int:
     )
     # The key from the flag or the environment; never printed.
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    # The limit flags are checked first: before the policy, or vLLM, is looked for.
+    if args.backend == "vllm":
+        refuse_fastapi_limits(limits, "--backend vllm serves with vLLM's server")
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = serve_backend(args.source, args.backend)
+    if backend == "vllm":
+        if args.backend == "auto":
+            refuse_fastapi_limits(
+                limits, "--backend auto serves this run, trained on vLLM, with vLLM's server"
+            )
+        return serve_with_vllm(args, limits, api_key)
+    return serve_with_fastapi(args, limits, api_key, backend)
+
+
+def serve_with_fastapi(
+    args: argparse.Namespace, limits: ServeLimits, api_key: str | None, backend: str
+) -> int:
+    """llm-rl's FastAPI server, generating on `backend` (hf, static or paged)."""
+    from llm_rl.tools.serve import make_server
+    from llm_rl.tools.serve.server import serving_line
+
     try:
-        server = make_server(args.source, args.host, args.port, limits, api_key, args.model_name)
+        with contextlib.redirect_stdout(sys.stderr):
+            server = make_server(args.source, args.host, args.port, limits, api_key, args.model_name, backend)
     except OSError as err:
         raise UserInputError(f"--port {args.port}: cannot serve on {args.host}: {err.strerror}") from None
     host, port = server.server_address
-    print(
-        f"serving {args.source} as {server.model_id!r} on http://{host}:{port} "
-        f"(OpenAI API under /v1, POST /generate, GET /health{'; API key required' if api_key else ''})",
-        flush=True,
-    )
+    what = "OpenAI API under /v1, POST /generate, GET /health"
+    print(serving_line(args.source, server.model_id, host, port, what, api_key), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -178,13 +207,26 @@ def command_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def serve_with_vllm(args: argparse.Namespace, limits: ServeLimits, api_key: str | None) -> int:
+    """vLLM's OpenAI-compatible server as a child process, until SIGINT or SIGTERM (exit 0); exit 1 when it
+    exits by itself, at start-up or later."""
+    from llm_rl.tools.serve.vllm_server import ServerExited, serve_on_vllm
+
+    try:
+        serve_on_vllm(args.source, args.host, args.port, limits.max_new_tokens, api_key, args.model_name)
+    except ServerExited as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def command_sample(args: argparse.Namespace) -> int:
     """Print completions for a prompts file, each with the run's rewards."""
     # Libraries print on import and load (transformers, under WANDB_MODE=offline): stdout is ours alone.
     with contextlib.redirect_stdout(sys.stderr):
         from llm_rl.tools.sample import print_samples, sample_file
 
-        results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens)
+        results = sample_file(args.run_dir, args.prompts, args.greedy, args.max_new_tokens, args.backend)
     print_samples(results, args.json)
     return EXIT_OK
 
@@ -261,12 +303,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     export_parser.set_defaults(run=command_export)
     serve_parser = commands.add_parser(
         "serve",
-        help="serve a trained policy over HTTP: OpenAI's API (/v1) and /generate",
+        help="serve a trained policy over HTTP: OpenAI's API (/v1), on llm-rl's server or vLLM's",
         description=(
-            "Serve a trained policy on FastAPI + uvicorn: POST /v1/completions, POST /v1/chat/completions "
-            "(the run's chat template and system prompt), GET /v1/models (stream: true for server-sent "
-            "events), POST /generate and GET /health. Requests that arrive together are generated in one "
-            "batch. Exit 2 for a bad policy folder or a port in use."
+            "Serve a trained policy with OpenAI's API. On llm-rl's server (FastAPI + uvicorn; --backend hf, "
+            "static or paged): POST /v1/completions, POST /v1/chat/completions (the run's chat template and "
+            "system prompt), GET /v1/models (stream: true for server-sent events), POST /generate and GET "
+            "/health; requests that arrive together are generated in one batch. With --backend vllm (auto "
+            "for a run trained on vLLM, where vLLM is installed): vLLM's own OpenAI-compatible server, with "
+            "the run's chat template and system prompt on chat, and none of the limit flags but "
+            "--max-new-tokens. Exit 2 for a bad policy folder, a port in use or a flag the backend does "
+            "not take; 1 when vLLM's server exits by itself."
         ),
     )
     serve_parser.add_argument(
@@ -277,21 +323,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--host", default="127.0.0.1", help="default 127.0.0.1 (loopback); 0.0.0.0 for all interfaces"
     )
     serve_parser.add_argument(
+        "--backend",
+        choices=["auto", "hf", "static", "paged", "vllm"],
+        default="auto",
+        help="vllm: vLLM's own server; hf, static, paged: llm-rl's server generating with that backend "
+        "(default auto: vllm for a run trained on vLLM where vLLM is installed, else hf)",
+    )
+    serve_parser.add_argument(
         "--api-key",
-        help=f"require 'Authorization: Bearer KEY' on every path but /health; or set {API_KEY_VARIABLE} "
-        "(better: a flag shows in the process list)",
+        help=f"require 'Authorization: Bearer KEY' (llm-rl's server: on every path but /health; vLLM's: under "
+        f"/v1); or set {API_KEY_VARIABLE} (better: a flag shows in the process list)",
     )
     serve_parser.add_argument(
         "--model-name", help="the model id clients send (default: the run folder's name)"
     )
-    serve_parser.add_argument("--max-prompts", type=int, default=64, help="prompts x n per request (64)")
-    serve_parser.add_argument("--max-prompt-tokens", type=int, default=2048, help="tokens per prompt (2048)")
     serve_parser.add_argument(
-        "--max-new-tokens", type=int, default=512, help="the most max_tokens a request may ask (512)"
+        "--max-prompts", type=int, default=64, help="prompts x n per request (64; llm-rl's server only)"
     )
-    serve_parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body size (1 MiB)")
     serve_parser.add_argument(
-        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests (10)"
+        "--max-prompt-tokens", type=int, default=2048, help="tokens per prompt (2048; llm-rl's server only)"
+    )
+    serve_parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=512,
+        help="the most max_tokens a request may ask (512; vLLM's server cuts a larger ask to it)",
+    )
+    serve_parser.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="request body size (1 MiB; llm-rl's server only)"
+    )
+    serve_parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=10.0,
+        help="how long a batch waits for more requests (10; llm-rl's server only)",
     )
     serve_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     serve_parser.set_defaults(run=command_serve)
@@ -305,6 +370,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-new-tokens", type=int, help="default: the run's generation.max_new_tokens"
     )
     sample_parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    sample_parser.add_argument(
+        "--backend",
+        choices=["auto", "hf", "static", "paged", "vllm"],
+        default="auto",
+        help="the generation backend (default auto: the run's own where this host runs it, else hf)",
+    )
     sample_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sample_parser.set_defaults(run=command_sample)
     compare_parser = commands.add_parser("compare", help="compare run folders: plots and a table")

@@ -172,6 +172,49 @@ class RewardEntry(BaseModel):
         return self.name.rsplit(":", 1)[-1]
 
 
+class VLLMSection(Section):
+    """vLLM as the rollout engine (`generation.backend: vllm`, `llm_rl.generation.vllm_engine`).
+
+    The keys are TRL's `vllm_*` settings under shorter names, with TRL's meaning and defaults, plus what
+    an engine llm_rl builds itself needs (its precision, compilation and KV cache size).
+    """
+
+    # "colocate": an engine inside every training process, sharing its device (GRPO, RLOO and PPO);
+    # "server": generation on a separate `trl vllm-serve` process (GRPO and RLOO; TRL sends it the weights
+    # over NCCL, so it needs CUDA GPUs). TRL: vllm_mode.
+    mode: Literal["colocate", "server"] = "colocate"
+    # Share of the device's memory a colocated engine takes for its weights, activations and KV cache (on
+    # the CPU build: of the host's memory). TRL: vllm_gpu_memory_utilization.
+    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    # Devices one colocated engine spans; must divide the number of processes. TRL: vllm_tensor_parallel_size.
+    tensor_parallel_size: int = Field(1, gt=0)
+    # Release the engine's weights and KV cache while the trainer steps, and reload them before each
+    # generation (less memory, more time). CUDA only. TRL: vllm_enable_sleep_mode.
+    sleep_mode: bool = False
+    # Weigh the loss by the trainer's over the engine's probability of each sampled token, so that the two
+    # engines' numerical differences do not bias the update (GRPO only; null: TRL's default, on). TRL:
+    # vllm_importance_sampling_correction; its mode and clip bounds stay grpo.vllm_importance_sampling_*.
+    importance_sampling: bool | None = None
+    # The longest prompt + completion the engine holds; null: the model's own limit. TRL: vllm_max_model_length.
+    max_model_length: int | None = Field(None, gt=0)
+    # The engine's precision; "auto": the training precision's (float32 on CPU, bfloat16 on a bf16 GPU),
+    # so that the engine samples the policy being trained. (vLLM alone would turn float32 into bfloat16.)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # Run the engine without torch.compile and CUDA graphs; null: eager on CPU (compiling there costs about
+    # 30 s a process and gains little), compiled on a GPU.
+    enforce_eager: bool | None = None
+    # The KV cache's size in GiB, instead of what gpu_memory_utilization leaves for it; null: that share.
+    kv_cache_gb: float | None = Field(None, gt=0.0)
+    # Server mode: where `trl vllm-serve` listens (a base URL replaces host and port), how long to wait for
+    # it, and the port of the weight-update group. TRL: vllm_server_base_url, vllm_server_host,
+    # vllm_server_port, vllm_server_timeout, vllm_group_port.
+    server_base_url: str | None = None
+    server_host: str = "0.0.0.0"
+    server_port: int = Field(8000, ge=1, le=65535)
+    server_timeout: float = Field(240.0, gt=0.0)
+    group_port: int = Field(51216, ge=1, le=65535)
+
+
 class GenerationSection(Section):
     max_new_tokens: int = Field(256, gt=0)
     # EOS is held back until a completion has this many tokens (benchmarks, or against empty answers).
@@ -179,11 +222,12 @@ class GenerationSection(Section):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
-    # How completions are generated, for every algorithm (`llm_rl.models.generation_backends`): "hf"
+    # How completions are generated, for every algorithm (`llm_rl.generation.backends`): "hf"
     # transformers' generate with a dynamic cache; "static" a static KV cache with transformers' compiled
-    # generation; "paged" transformers' continuous batching; "auto" the fastest that this host runs
-    # (measured: hf on CPU). "vllm" is refused: not installed or tested here.
+    # generation; "paged" transformers' continuous batching; "vllm" a vLLM engine (settings in `vllm:`);
+    # "auto" the fastest that this host runs (measured: hf on CPU).
     backend: Literal["auto", "hf", "static", "paged", "vllm"] = "auto"
+    vllm: VLLMSection = Field(default_factory=VLLMSection)
     # Sequences generated at once on one device (the rollout batch), apart from the training micro-batch
     # (training.per_device_batch_size); None: each algorithm's own (GRPO and RLOO: one update's
     # completions; PPO: ppo.local_rollout_forward_batch_size).
@@ -509,4 +553,17 @@ SHARED_TRL_FIELDS = {
     "gradient_checkpointing": "model.gradient_checkpointing",
     "trust_remote_code": "model.trust_remote_code",
     "reward_weights": "rewards[].weight",
+    # TRL's vLLM settings: `use_vllm` is generation.backend: vllm, the others live in generation.vllm.
+    "use_vllm": "generation.backend",
+    "vllm_mode": "generation.vllm.mode",
+    "vllm_gpu_memory_utilization": "generation.vllm.gpu_memory_utilization",
+    "vllm_tensor_parallel_size": "generation.vllm.tensor_parallel_size",
+    "vllm_enable_sleep_mode": "generation.vllm.sleep_mode",
+    "vllm_max_model_length": "generation.vllm.max_model_length",
+    "vllm_importance_sampling_correction": "generation.vllm.importance_sampling",
+    "vllm_server_base_url": "generation.vllm.server_base_url",
+    "vllm_server_host": "generation.vllm.server_host",
+    "vllm_server_port": "generation.vllm.server_port",
+    "vllm_server_timeout": "generation.vllm.server_timeout",
+    "vllm_group_port": "generation.vllm.group_port",
 }

@@ -135,7 +135,7 @@ def ppo_phase_clock() -> PhaseClock:
     from transformers.trainer_callback import CallbackHandler
 
     from llm_rl.algorithms.ppo import trainer
-    from llm_rl.algorithms.ppo.generation import HFGenerator
+    from llm_rl.generation.transformers_generators import HFGenerator
 
     clock = PhaseClock()
     generate, score, forwards, advantages, epochs, metrics = PPO_PHASES

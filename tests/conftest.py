@@ -72,15 +72,22 @@ def gsm8k_dir() -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA device."""
+    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA device; tests marked `vllm`
+    where vLLM is not installed, unless `LLM_RL_REQUIRE_VLLM` is set (`make test-vllm`: there they run,
+    and fail if vLLM is missing)."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    from llm_rl.generation.backends import vllm_problem
+
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
+    if not os.environ.get("LLM_RL_REQUIRE_VLLM") and vllm_problem() is not None:
+        skips["vllm"] = pytest.mark.skip(reason=f"{vllm_problem()}; `make test-vllm` runs these tests")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"

@@ -23,7 +23,7 @@ from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.run_folder import FINAL_DIR, METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, VALUE_MODEL_DIR
 
 PACKAGE = Path(__file__).resolve().parent.parent / "llm_rl"
-LOWER_LAYERS = ("schema", "data", "models", "rewards", "training", "monitoring")
+LOWER_LAYERS = ("schema", "data", "models", "generation", "rewards", "training", "monitoring")
 UPPER_LAYERS = ("algorithms", "run", "tools")
 # STAGES_DIR is left out: "stages" is also a recipe key, which the tools read.
 RUN_FOLDER_NAMES = {RECIPE_FILE, METRICS_FILE, SUMMARY_FILE, FINAL_DIR, VALUE_MODEL_DIR}

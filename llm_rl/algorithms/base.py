@@ -71,6 +71,16 @@ class Counterpart(NamedTuple):
     meaning: str
 
 
+class SharedOverride(NamedTuple):
+    """A shared setting (a dotted key) that an algorithm cannot run as another's recipe may set it
+    (`llm-rl migrate`)."""
+
+    # The value it runs instead; None: the key is left out of the migrated recipe.
+    value: Any
+    # Why, for the migration table.
+    why: str
+
+
 class Algorithm(Protocol):
     """What an algorithm module provides; `llm_rl.algorithms.registry` lists the modules.
 
@@ -90,6 +100,9 @@ class Algorithm(Protocol):
     KL_COEFFICIENT: str
     # Settings every algorithm has, by a shared name ("kl_coefficient", "clip_range", "epochs"), for migrate.
     COUNTERPARTS: Mapping[str, Counterpart]
+    # Shared settings (dotted keys) a recipe migrated to it cannot keep as they are, for migrate
+    # (PPO: generation.vllm.mode: server).
+    SHARED_OVERRIDES: Mapping[str, SharedOverride]
 
     # --- the recipe (`llm_rl.recipe.load`) ---
     def section_fields(self) -> frozenset[str]:

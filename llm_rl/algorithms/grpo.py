@@ -28,6 +28,7 @@ KL_COEFFICIENT = "grpo.beta"
 # TRL's GRPOConfig default group size.
 DEFAULT_GROUP_SIZE = 8
 COUNTERPARTS = trl_groups.counterparts(GRPOConfig, "GRPO's beta weighs a KL loss term")
+SHARED_OVERRIDES = trl_groups.shared_overrides(GRPOConfig)
 
 
 def section_fields() -> frozenset[str]:
@@ -46,6 +47,7 @@ def check_recipe(recipe: Recipe) -> None:
     trl_groups.check_generation(recipe, NAME)
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
+    trl_groups.check_importance_sampling(recipe, NAME, GRPOConfig)
 
 
 def samples_per_step(recipe: Recipe) -> int:

@@ -34,6 +34,7 @@ MIGRATED_GROUP_SIZE = 8
 COUNTERPARTS = trl_groups.counterparts(
     RLOOConfig, "RLOO's beta subtracts the sequence's KL to the reference from its reward"
 )
+SHARED_OVERRIDES = trl_groups.shared_overrides(RLOOConfig)
 
 
 def section_fields() -> frozenset[str]:
@@ -57,6 +58,7 @@ def check_recipe(recipe: Recipe) -> None:
     trl_groups.check_generation(recipe, NAME)
     trl_groups.check_batches(recipe, NAME, DEFAULT_GROUP_SIZE)
     trl_groups.check_schedules(recipe, NAME)
+    trl_groups.check_importance_sampling(recipe, NAME, RLOOConfig)
 
 
 def samples_per_step(recipe: Recipe) -> int:
@@ -126,6 +128,7 @@ def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
         "whiten_rewards": "nearest: rloo.normalize_advantages",
         "num_mini_batches": "nearest: rloo.steps_per_generation",
         "missing_eos_penalty": "nearest: rloo.mask_truncated_completions",
+        **trl_groups.missing_importance_sampling(RLOOConfig),
     }
 
 

@@ -22,9 +22,12 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
-from llm_rl.algorithms.base import Counterpart
+from llm_rl.algorithms.base import Counterpart, SharedOverride
+from llm_rl.data.prompts import longest_prompt
 from llm_rl.errors import RecipeError, did_you_mean
-from llm_rl.models.generation_backends import resolve_backend, with_backend
+from llm_rl.generation.backends import resolve_backend, with_backend
+from llm_rl.generation.transformers_generators import paged_cache_config
+from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
 from llm_rl.training.checkpoints import StagedCheckpoints
@@ -107,12 +110,7 @@ def group_size(section: dict[str, Any], default: int) -> Any:
 
 
 # The TRL fields `generation.backend` sets, and those `generation.batch_size` sets.
-BACKEND_FIELDS = (
-    "cache_implementation",
-    "use_transformers_continuous_batching",
-    "use_transformers_paged",
-    "use_vllm",
-)
+BACKEND_FIELDS = ("cache_implementation", "use_transformers_continuous_batching", "use_transformers_paged")
 BATCH_FIELDS = ("generation_batch_size", "steps_per_generation")
 
 
@@ -161,19 +159,35 @@ def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
 
 
 def check_schedules(recipe: Recipe, name: str) -> None:
-    """A scheduled KL weight must start above 0, and vLLM cannot follow a scheduled temperature."""
-    schedules = recipe.schedules
-    beta = schedules.get(f"{name}.beta")
+    """A scheduled KL weight must start above 0."""
+    beta = recipe.schedules.get(f"{name}.beta")
     if beta is not None and beta.value_at(0) <= 0:
         raise RecipeError(
             f"schedules.{name}.beta: must start above 0: {name.upper()} builds its reference model only when "
             "beta is above 0 at the start"
         )
-    if "generation.temperature" in schedules and recipe.section(name).get("use_vllm"):
+
+
+def check_importance_sampling(recipe: Recipe, name: str, config_class: type) -> None:
+    """`generation.vllm.importance_sampling` is a setting of TRL's GRPO alone."""
+    if recipe.generation.vllm.importance_sampling is not None and not has_importance_sampling(config_class):
         raise RecipeError(
-            f"schedules.generation.temperature: vLLM reads the temperature once at start-up; "
-            f"schedule it without {name}.use_vllm or keep it constant"
+            f"generation.vllm.importance_sampling: {no_importance_sampling(config_class)}; "
+            f"remove the key for {name}"
         )
+
+
+def has_importance_sampling(config_class: type) -> bool:
+    """Whether the TRL config corrects for the engine's sampling probabilities (GRPO's does, RLOO's not)."""
+    return "vllm_importance_sampling_correction" in config_fields(config_class)
+
+
+def no_importance_sampling(config_class: type) -> str:
+    """Why a TRL config without the correction takes none of its settings."""
+    return (
+        f"TRL's {config_class.__name__} has no importance-sampling correction for the engine's sampling "
+        "probabilities"
+    )
 
 
 # --- a run ---
@@ -202,10 +216,11 @@ def trainer_config(
         max_completion_length=generation.max_new_tokens,
         temperature=generation.temperature,
         top_p=generation.top_p,
-        top_k=generation.top_k,
+        # Unset is TRL's 0 (no top-k): None would let transformers fill in the model's own (50 by default).
+        top_k=generation.top_k or 0,
         reward_weights=[entry.weight for entry in recipe.rewards],
         trust_remote_code=recipe.model.trust_remote_code,
-        **generation_fields(recipe),
+        **generation_fields(recipe, config_class),
     )
     fields.update(advantage_fields)
     fields.update(recipe.section(name))
@@ -221,12 +236,12 @@ def trainer_config(
         raise RecipeError(f"{name}: TRL's {config_class.__name__} rejects these settings: {err}") from None
 
 
-def generation_fields(recipe: Recipe) -> dict[str, Any]:
+def generation_fields(recipe: Recipe, config_class: type) -> dict[str, Any]:
     """TRL's fields for `generation.backend` and `generation.batch_size`.
 
     `static` is TRL's `cache_implementation`; TRL builds its `GenerationConfig` with compilation off, so
     `build_trainer` turns transformers' compiled generation on afterwards (`compiled_generation`).
-    `paged` is TRL's `use_transformers_continuous_batching`.
+    `paged` is TRL's `use_transformers_continuous_batching`. `vllm` is TRL's vLLM settings (`vllm_fields`).
     """
     generation = recipe.generation
     fields: dict[str, Any] = {}
@@ -235,9 +250,87 @@ def generation_fields(recipe: Recipe) -> dict[str, Any]:
         fields["cache_implementation"] = "static"
     elif backend == "paged":
         fields["use_transformers_continuous_batching"] = True
+    elif backend == "vllm":
+        fields.update(vllm_fields(recipe, config_class))
     if generation.batch_size is not None:
         fields["generation_batch_size"] = generation.batch_size * world_size()
     return fields
+
+
+def vllm_fields(recipe: Recipe, config_class: type) -> dict[str, Any]:
+    """`generation.vllm` under TRL's names.
+
+    In server mode TRL's own vLLM generation runs (`use_vllm`). A colocated engine is llm_rl's: the trainer
+    is built without one, and `build_trainer` attaches it (`attach_colocated_vllm`).
+    """
+    section = recipe.generation.vllm
+    fields: dict[str, Any] = {
+        "use_vllm": section.mode == "server",
+        "vllm_mode": section.mode,
+        "vllm_gpu_memory_utilization": section.gpu_memory_utilization,
+        "vllm_tensor_parallel_size": section.tensor_parallel_size,
+        "vllm_enable_sleep_mode": section.sleep_mode,
+        "vllm_max_model_length": section.max_model_length,
+        "vllm_server_base_url": section.server_base_url,
+        "vllm_server_host": section.server_host,
+        "vllm_server_port": section.server_port,
+        "vllm_server_timeout": section.server_timeout,
+        "vllm_group_port": section.group_port,
+    }
+    if section.importance_sampling is not None:
+        fields["vllm_importance_sampling_correction"] = section.importance_sampling
+    known = config_fields(config_class)
+    return {key: value for key, value in fields.items() if key in known}
+
+
+def colocated_vllm(recipe: Recipe) -> bool:
+    """Whether the run generates on vLLM engines inside the training processes."""
+    generation = recipe.generation
+    return resolve_backend(generation.backend) == "vllm" and generation.vllm.mode == "colocate"
+
+
+def attach_colocated_vllm(trainer: Trainer, components: Components) -> None:
+    """TRL's vLLM generation on llm_rl's colocated engine (`llm_rl.generation.vllm_engine`), in a TRL group
+    trainer built without vLLM: the arguments TRL 1.16's GRPOTrainer and RLOOTrainer give their
+    `VLLMGeneration`, then the switches their generation step reads (`use_vllm`, and the update whose
+    weights the engine holds: -1, none yet, so that the first generation pushes them)."""
+    from llm_rl.generation.vllm_engine import ColocatedVLLM
+    from llm_rl.generation.vllm_settings import engine_settings
+    from llm_rl.models.load import resolve_model_path
+
+    recipe, args = components.recipe, trainer.args
+    tokenizer = recipe.model.tokenizer
+    engine = engine_settings(
+        recipe,
+        components.policy_path,
+        resolve_model_path(tokenizer, needs_config=False, key="model.tokenizer") if tokenizer else None,
+    )
+    trainer.vllm_generation = ColocatedVLLM(
+        engine,
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=trainer.processing_class,
+        structured_outputs_regex=args.vllm_structured_outputs_regex,
+        tensor_parallel_size=engine.tensor_parallel_size,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_model_length=engine.max_model_length,
+        max_num_seqs=args.per_device_train_batch_size
+        * engine.tensor_parallel_size
+        * args.steps_per_generation,
+        enable_sleep_mode=engine.sleep_mode,
+        model_impl=args.vllm_model_impl,
+        trust_remote_code=engine.trust_remote_code,
+        repetition_penalty=trainer.repetition_penalty,
+        temperature=trainer.temperature,
+        top_p=trainer.top_p,
+        top_k=trainer.top_k,
+        min_p=trainer.min_p,
+        max_completion_length=trainer.max_completion_length,
+        logprobs=0,
+        generation_kwargs=args.generation_kwargs,
+    )
+    trainer.use_vllm = args.use_vllm = True
+    trainer._last_loaded_step = -1
 
 
 def compiled_generation(trainer: Trainer, recipe: Recipe) -> None:
@@ -250,6 +343,26 @@ def compiled_generation(trainer: Trainer, recipe: Recipe) -> None:
     config = getattr(trainer, "generation_config", None)
     if backend == "static" and config is not None:
         with_backend(config, backend)
+
+
+def sized_paged_cache(trainer: Trainer, components: Components) -> None:
+    """Size the paged cache of a TRL trainer built with continuous batching (`paged`) to its rollouts.
+
+    TRL 1.16 lets transformers size it to half the free memory, which on a CPU is half the host's RAM.
+    TRL generates a process's whole share of the generation batch in one call.
+    """
+    recipe = components.recipe
+    if not getattr(trainer, "use_transformers_continuous_batching", False):
+        return
+    if recipe.section(recipe.algorithm).get("transformers_continuous_batching_config"):
+        return  # the recipe sized it itself
+    trainer.continuous_batching_config = paged_cache_config(
+        requests=trainer.args.generation_batch_size // trainer.accelerator.num_processes,
+        longest_prompt=longest_prompt(
+            components.data.train, recipe.data.max_prompt_length, components.tokenizer
+        ),
+        max_new_tokens=recipe.generation.max_new_tokens,
+    )
 
 
 def check_router_aux_loss(recipe: Recipe, name: str, policy: PreTrainedModel) -> None:
@@ -287,8 +400,15 @@ class GroupMetrics(StagedCheckpoints):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """A training log, with the held-out reward joined to it on evaluation updates."""
         if self.held_out is not None and "loss" in logs and self.held_out.due(self.state.global_step):
-            logs = {**logs, **self.held_out(self.model_wrapped, self.accelerator)}
+            held_out = self.held_out(self.model_wrapped, self.accelerator, engine=self.rollout_engine())
+            logs = {**logs, **held_out}
         super().log(logs, start_time)
+
+    def rollout_engine(self) -> Any:
+        """The colocated vLLM engine the trainer generates with (evaluation borrows it), or None."""
+        if getattr(self, "use_vllm", False) and self.vllm_mode == "colocate":
+            return self.vllm_generation
+        return None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -325,6 +445,9 @@ def build_trainer(
         held_out=components.held_out,
     )
     compiled_generation(trainer, components.recipe)
+    sized_paged_cache(trainer, components)
+    if colocated_vllm(components.recipe):
+        attach_colocated_vllm(trainer, components)
     return trainer
 
 
@@ -340,8 +463,12 @@ def apply_setting(trainer: Any, name: str, key: str, value: float) -> None:
         if trainer.args.epsilon_high is None:
             trainer.epsilon_high = value
     elif key == "generation.temperature":
+        # TRL samples with transformers' generation config, or with vLLM's copy of the setting.
         trainer.temperature = value
-        trainer.generation_config.temperature = value
+        if getattr(trainer, "generation_config", None) is not None:
+            trainer.generation_config.temperature = value
+        if getattr(trainer, "use_vllm", False):
+            trainer.vllm_generation.temperature = value
     else:
         raise KeyError(key)
 
@@ -373,6 +500,22 @@ def zero_spread_hint(series: Series, name: str) -> tuple[str, str] | None:
         f"those groups carry no advantage: raise {name}.num_generations or generation.temperature, or add a "
         "denser reward (partial credit, a format term)",
     )
+
+
+def shared_overrides(config_class: type) -> dict[str, SharedOverride]:
+    """The shared settings a migrated recipe cannot keep for a TRL group trainer: the importance-sampling
+    switch, where its config has no such correction."""
+    if has_importance_sampling(config_class):
+        return {}
+    return {"generation.vllm.importance_sampling": SharedOverride(None, no_importance_sampling(config_class))}
+
+
+def missing_importance_sampling(config_class: type) -> dict[str, str]:
+    """GRPO's importance-sampling settings (`IMPORTANCE_SAMPLING_FIELDS`) where the TRL config has no such
+    correction, and why (none where it has)."""
+    if has_importance_sampling(config_class):
+        return {}
+    return dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, no_importance_sampling(config_class))
 
 
 def migrated_group(

@@ -177,6 +177,14 @@ def prompt_token_ids(prompt: str | list[dict[str, Any]], tokenizer: PreTrainedTo
     return list(encoded["input_ids"])
 
 
+def longest_prompt(dataset: Dataset, max_length: int | None, tokenizer: PreTrainedTokenizerBase) -> int:
+    """The longest prompt in tokens: `data.max_prompt_length` when set (longer ones were dropped), else
+    counted over the dataset."""
+    if max_length is not None:
+        return max_length
+    return max(len(prompt_token_ids(prompt, tokenizer)) for prompt in dataset["prompt"])
+
+
 def drop_long_prompts(
     dataset: Dataset, max_length: int | None, tokenizer: PreTrainedTokenizerBase
 ) -> tuple[Dataset, int]:

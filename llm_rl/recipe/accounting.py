@@ -81,3 +81,16 @@ def get(mapping: dict[str, Any], dotted: str, default: Any = None) -> Any:
             return default
         mapping = mapping[name]
     return mapping
+
+
+def remove(mapping: dict[str, Any], dotted: str) -> None:
+    """Remove a dotted key from a nested mapping, with the sections it leaves empty."""
+    name, _, rest = dotted.partition(".")
+    if not rest:
+        mapping.pop(name, None)
+        return
+    inner = mapping.get(name)
+    if isinstance(inner, dict):
+        remove(inner, rest)
+        if not inner:
+            del mapping[name]

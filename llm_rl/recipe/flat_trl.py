@@ -34,11 +34,20 @@ FLAT_KEYS = {
     "wandb_run_group": "monitoring.wandb.group",
 }
 
+# TRL's vLLM settings -> our generation.vllm keys (`use_vllm` is generation.backend: vllm; import_vllm).
+VLLM_SETTINGS = {
+    trl_name: ours for trl_name, ours in SHARED_TRL_FIELDS.items() if ours.startswith("generation.vllm.")
+}
+
+# Shared TRL fields that are not one key for one key: each has an import_* function of its own, or is not
+# GRPOConfig's (total_episodes).
+IMPORTED_APART = {"bf16", "fp16", "report_to", "save_steps", "total_episodes", "use_vllm", *VLLM_SETTINGS}
+
 # TRL config fields our shared sections own -> our keys, for the flat file's top level.
 FLAT_SHARED = {
     trl_name: ours
     for trl_name, ours in SHARED_TRL_FIELDS.items()
-    if "[" not in ours and trl_name not in {"bf16", "fp16", "report_to", "save_steps", "total_episodes"}
+    if "[" not in ours and trl_name not in IMPORTED_APART
 }
 
 # Keys with nothing to carry into llm_rl, and why.
@@ -118,7 +127,6 @@ REMOVED_FROM_TRL = {
         "removed from TRL's GRPOConfig (it no longer truncates prompts); llm_rl drops longer prompts "
         "and counts them",
     ),
-    "vllm_max_model_len": ("grpo.vllm_max_model_length", "renamed in TRL to vllm_max_model_length"),
     "vllm_guided_decoding_regex": (
         "grpo.vllm_structured_outputs_regex",
         "renamed in TRL to vllm_structured_outputs_regex",
@@ -130,6 +138,42 @@ OLD_VLLM_FIELD = (
     "a vLLM setting this TRL's GRPOConfig does not have (vLLM now runs through vllm_mode: colocate, or "
     "server with `trl vllm-serve`): not carried"
 )
+
+# vLLM settings of older TRL releases: (their default there, our key or None: not carried, what became of them).
+OLD_VLLM_SETTINGS: dict[str, tuple[Any, str | None, str]] = {
+    "vllm_max_model_len": (
+        None,
+        "generation.vllm.max_model_length",
+        "renamed in TRL to vllm_max_model_length",
+    ),
+    "vllm_dtype": (
+        "auto",
+        "generation.vllm.dtype",
+        "removed from TRL's GRPOConfig: the engine's precision (llm_rl's auto is the training precision, "
+        "vLLM's was the model's)",
+    ),
+    "vllm_device": (
+        "auto",
+        None,
+        "removed from TRL: TRL's engine now runs inside each training process (vllm_mode: colocate) or "
+        "as a separate server (vllm_mode: server, `trl vllm-serve`)",
+    ),
+    "vllm_enable_prefix_caching": (
+        True,
+        None,
+        "removed from TRL: llm_rl's engine keeps vLLM's own prefix-caching default",
+    ),
+}
+NO_VLLM = "a vLLM setting, and the source generates without vLLM (use_vllm off)"
+# generation.vllm.dtype's values, and vLLM's other names for them.
+VLLM_DTYPES = {
+    "auto": "auto",
+    "float32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+}
 
 # Reward names of TRL's grpo script and open-r1 -> our reward entry (without weight), and a note.
 FLAT_REWARDS: dict[str, tuple[dict[str, Any], str]] = {
@@ -155,9 +199,10 @@ def import_flat(flat: dict[str, Any]) -> Migration:
     handled = {
         "reward_funcs", "reward_weights", "reward_model_name_or_path", "bf16", "fp16", "report_to",
         "save_strategy", "save_steps", "resume_from_checkpoint", "eval_strategy", "evaluation_strategy",
-        "eval_steps", *DATA_KEYS,
+        "eval_steps", "use_vllm", *VLLM_SETTINGS, *OLD_VLLM_SETTINGS, *DATA_KEYS,
     }  # fmt: skip
     import_data(flat, out)
+    import_vllm(flat, out)
     import_rewards(flat, out)
     import_precision(flat, out)
     import_reporting(flat, out)
@@ -440,6 +485,52 @@ def import_rewards(flat: dict[str, Any], out: Migration) -> None:
         out.keep("reward_weights", weights, "rewards[].weight")
     if entries:
         out.recipe["rewards"] = entries
+
+
+def import_vllm(flat: dict[str, Any], out: Migration) -> None:
+    """`use_vllm` as `generation.backend: vllm`, and TRL's vLLM settings as `generation.vllm`'s. Without
+    use_vllm they are not carried (a recipe refuses vLLM settings without the vllm backend): a setting at
+    TRL's default gets a plain row, another a warning."""
+    on = bool(flat.get("use_vllm"))
+    if on:
+        put(out.recipe, "generation.backend", "vllm")
+        out.keep("use_vllm", flat["use_vllm"], "generation.backend", "vllm")
+    elif "use_vllm" in flat:
+        out.keep("use_vllm", flat["use_vllm"], "generation.backend", "off: the default backend (auto)")
+    for key in (*VLLM_SETTINGS, *OLD_VLLM_SETTINGS):
+        if key not in flat:
+            continue
+        value = flat[key]
+        if on:
+            import_vllm_setting(key, value, out)
+        elif value == trl_vllm_default(key):
+            out.keep(key, value, "-", f"TRL's default; {NO_VLLM}")
+        else:
+            why = OLD_VLLM_SETTINGS[key][2] if key in OLD_VLLM_SETTINGS else ""
+            out.warn(key, value, "; ".join(part for part in (why, f"{NO_VLLM}: not carried") if part))
+
+
+def trl_vllm_default(key: str) -> Any:
+    """A vLLM setting's default in TRL's GRPOConfig, or in the older release that had it."""
+    return OLD_VLLM_SETTINGS[key][0] if key in OLD_VLLM_SETTINGS else field_default(GRPOConfig, key)
+
+
+def import_vllm_setting(key: str, value: Any, out: Migration) -> None:
+    """One vLLM setting of a source that generates with vLLM, as its `generation.vllm` key where it has one."""
+    if key in VLLM_SETTINGS:
+        put(out.recipe, VLLM_SETTINGS[key], value)
+        out.keep(key, value, VLLM_SETTINGS[key])
+        return
+    _, target, why = OLD_VLLM_SETTINGS[key]
+    if key == "vllm_dtype" and not (isinstance(value, str) and value in VLLM_DTYPES):
+        out.warn(
+            key, value, f"not a precision generation.vllm.dtype takes ({', '.join(VLLM_DTYPES)}): not carried"
+        )
+    elif target is None:
+        out.warn(key, value, f"{why}: not carried")
+    else:
+        put(out.recipe, target, VLLM_DTYPES[value] if key == "vllm_dtype" else value)
+        out.warn(key, value, why, target)
 
 
 def import_precision(flat: dict[str, Any], out: Migration) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 from transformers.utils import is_liger_kernel_available
-from trl.import_utils import is_vllm_available
 
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError, did_you_mean
-from llm_rl.models.generation_backends import check_backend
+from llm_rl.generation.backends import check_backend, check_backend_settings
+from llm_rl.generation.vllm_settings import check_vllm_host, check_vllm_recipe
 from llm_rl.run_folder import stage_folder
 from llm_rl.schema import SHARED_TRL_FIELDS, DataSection, Recipe
 
@@ -44,16 +44,37 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
 
 
-def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
-    """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it."""
+def load_recipe(
+    path: str | Path | None, overrides: list[str] | None = None, on_this_host: bool = True
+) -> Recipe:
+    """Read a recipe file (None: the embedded default), apply `--set` overrides and validate it; with
+    `on_this_host`, also that this host can run it (`llm-rl plan` plans for other hosts)."""
     where = str(path) if path is not None else "<default recipe>"
     raw = read_recipe_file(Path(path)) if path is not None else {}
     for override in overrides or []:
         apply_override(raw, override, where)
     recipe = validate_recipe(raw, where)
-    # On this machine, not in `llm-rl migrate`: a converted file may run elsewhere.
-    check_packages_installed(recipe.algorithm, recipe.section(recipe.algorithm), where)
+    if on_this_host:
+        check_host(recipe, where)
     return recipe
+
+
+def load_run_recipe(path: Path) -> Recipe:
+    """A run folder's recipe.yaml, for the tools that read the run: validated as written, not checked
+    against this host (a run trained on vLLM is served or sampled where vLLM is absent)."""
+    return validate_recipe(read_recipe_file(path), str(path), as_source=True)
+
+
+def check_host(recipe: Recipe, where: str) -> None:
+    """What the recipe needs of this host: its generation backend and the packages it switches on.
+
+    Checked when a recipe is loaded to run or validate, not in `llm-rl migrate`: a converted file may run
+    elsewhere.
+    """
+    check_packages_installed(recipe.algorithm, recipe.section(recipe.algorithm), where)
+    with naming(where):
+        if check_backend(recipe.generation.backend) == "vllm":
+            check_vllm_host(recipe)
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -250,7 +271,6 @@ def check_algorithm_sections(recipe: Recipe, where: str) -> None:
 # Trainer fields that switch on an optional package -> (the package to install, whether it is installed).
 OPTIONAL_PACKAGES: dict[str, tuple[str, Callable[[], bool]]] = {
     "use_liger_kernel": ("liger-kernel", is_liger_kernel_available),
-    "use_vllm": ("vllm", is_vllm_available),
 }
 
 
@@ -293,7 +313,7 @@ def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> N
             where=where,
         )
     with naming(where):
-        check_backend(generation.backend, generation.min_new_tokens)
+        check_backend_settings(generation.backend, generation.min_new_tokens)
     if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
         raise RecipeError("early_stopping.patience must be at least 1", where=where)
     every = recipe.evaluation.every
@@ -318,6 +338,7 @@ def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> N
         )
     if not as_source:
         with naming(where):
+            check_vllm_recipe(recipe)
             ALGORITHMS[recipe.algorithm].check_recipe(recipe)
     check_schedules(recipe, where)
     if recipe.stages and not as_source:

@@ -20,7 +20,7 @@ import yaml
 from llm_rl.algorithms.base import Algorithm, Counterpart
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
-from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put
+from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
 from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
 from llm_rl.schema import Recipe
@@ -60,6 +60,7 @@ def convert(source: dict[str, Any], source_algorithm: str, target: str, out: Mig
     for key, value, note in ALGORITHMS[target].complete_migration(recipe, section):
         out.keep("(added)", value, f"{target}.{key}", note)
     recipe[target] = section
+    override_shared(recipe, ALGORITHMS[target], out)
     out.recipe = recipe
 
 
@@ -93,15 +94,38 @@ def convert_section(
             name, note = renames[key]
             converted[name] = value
             out.keep(origin, value, f"{target.NAME}.{name}", note)
-        elif key in missing or (key not in fields and key.startswith("vllm_")):
-            why = missing.get(key, f"no vLLM in llm_rl's {target.NAME.upper()}")
-            out.warn(origin, value, f"no {target.NAME.upper()} counterpart: {why}")
+        elif key in missing:
+            out.warn(origin, value, f"no {target.NAME.upper()} counterpart: {missing[key]}")
         elif key in fields:
             converted[key] = value
             out.keep(origin, value, f"{target.NAME}.{key}")
         else:
             out.warn(origin, value, f"no {target.NAME.upper()} counterpart")
     return converted
+
+
+# `get`'s answer for a key the recipe leaves out.
+ABSENT = object()
+
+
+def override_shared(recipe: dict[str, Any], target: Algorithm, out: Migration) -> None:
+    """The shared settings the target cannot run as the source set them (`SHARED_OVERRIDES`): each set to
+    the value it runs or left out, with a row; a warning where the source's value was not the default."""
+    defaults = Recipe().to_dict()
+    for dotted, (value, why) in target.SHARED_OVERRIDES.items():
+        current = get(recipe, dotted, ABSENT)
+        if current is ABSENT or (value is not None and current == value):
+            continue
+        if value is not None:
+            put(recipe, dotted, value)
+            out.warn(dotted, current, f"now {value!r}: {why}", dotted)
+            continue
+        remove(recipe, dotted)
+        note = f"no {target.NAME.upper()} counterpart: {why}"
+        if current == get(defaults, dotted):
+            out.keep(dotted, current, "-", note)
+        else:
+            out.warn(dotted, current, note)
 
 
 def rename_note(mine: Counterpart, theirs: Counterpart) -> str:
@@ -125,9 +149,10 @@ def rename_run(recipe: dict[str, Any], source_algorithm: str, target: str, out: 
 
 
 def account_for_kept_keys(source: dict[str, Any], out: Migration) -> None:
-    """A row for every source key the conversion carried unchanged."""
+    """A row for every source key the conversion carried unchanged: those without a row of their own."""
+    accounted = {row.source for row in out.rows}
     for dotted, value in leaves(source):
-        if dotted.split(".")[0] in (*ALGORITHMS, "algorithm") or dotted in ("run.name", "run.output_dir"):
+        if dotted.split(".")[0] in (*ALGORITHMS, "algorithm") or dotted in accounted:
             continue
         out.keep(dotted, value, dotted, "kept")
 
@@ -177,12 +202,13 @@ def convert_file(path: Path, target: str, warm_start: str | None) -> Migration:
     out = Migration({})
     if not flat:
         out.keep("algorithm", source_algorithm, "algorithm", f"now {target}")
-        account_for_kept_keys(source, out)
     if source_algorithm == target:
         out.recipe = copy.deepcopy(source)
     else:
         convert(source, source_algorithm, target, out)
         rename_run(out.recipe, source_algorithm, target, out)
+    if not flat:
+        account_for_kept_keys(source, out)
     if imported:
         out.rows = chain_rows(imported.rows, out.rows)
     if warm_start is not None:

@@ -7,8 +7,11 @@ two moments. Frozen models (PPO's reference, a reward model, GRPO's reference wh
 2 bytes a parameter. Activations use Korthikanti et al. (2022): 34 bytes per token and hidden unit for
 each layer with fused attention, only the layer inputs kept under gradient checkpointing, plus fp32
 logits over the vocabulary. Generation holds the KV cache and, under ZeRO-3, the gathered policy
-weights. The result is an estimate to choose a configuration by, not a guarantee: fragmentation,
-kernels' workspaces and the CUDA context are covered by a fixed allowance and 10% headroom.
+weights. A colocated vLLM engine (`generation.backend: vllm`) holds its share of every GPU
+(`generation.vllm.gpu_memory_utilization`) beside training, or only while it generates with
+`generation.vllm.sleep_mode`, and no transformers KV cache is made. The result is an estimate to choose a
+configuration by, not a guarantee: fragmentation, kernels' workspaces and the CUDA context are covered by
+a fixed allowance and 10% headroom.
 """
 
 from __future__ import annotations
@@ -78,10 +81,13 @@ class Estimate:
     frozen: int
     activations: int
     generation: int
+    # A colocated vLLM engine's memory, held all along beside training (without sleep mode).
+    engine: int = 0
 
     @property
     def total(self) -> int:
-        return self.trainable + self.frozen + max(self.activations, self.generation) + FIXED_ALLOWANCE
+        resident = self.trainable + self.frozen + self.engine
+        return resident + max(self.activations, self.generation) + FIXED_ALLOWANCE
 
 
 @dataclass(frozen=True)
@@ -202,8 +208,22 @@ def kv_cache_bytes(model: ModelShape, batch: int, tokens: int) -> int:
     return 2 * model.layers * model.kv_width * tokens * batch * WEIGHT_BYTES
 
 
+def colocated_engine_bytes(recipe: Recipe, gpu_memory: float) -> int | None:
+    """What a colocated vLLM engine takes of each GPU (vLLM reserves `gpu_memory_utilization` of it, weights
+    and KV cache included); None when no engine shares the training GPUs."""
+    generation = recipe.generation
+    if generation.backend != "vllm" or generation.vllm.mode != "colocate":
+        return None
+    return int(generation.vllm.gpu_memory_utilization * gpu_memory * GB)
+
+
 def estimate(
-    recipe: Recipe, trainable: list[ModelShape], frozen: list[ModelShape], gpus: int, strategy: Strategy
+    recipe: Recipe,
+    trainable: list[ModelShape],
+    frozen: list[ModelShape],
+    gpus: int,
+    strategy: Strategy,
+    gpu_memory: float,
 ) -> Estimate:
     """One strategy's per-GPU bytes for a recipe's models."""
     policy = next(m for m in [*trainable, *frozen] if m.name.startswith("policy"))
@@ -218,6 +238,20 @@ def estimate(
         activation_bytes(m, batch, tokens, checkpointing, logit_tokens=0) for m in critics
     )
     generation = kv_cache_bytes(policy, ALGORITHMS[recipe.algorithm].generation_batch(recipe), tokens)
+    engine = colocated_engine_bytes(recipe, gpu_memory)
+    if engine is not None:
+        # vLLM generates instead of transformers: its engine's share replaces the KV cache and the gathered
+        # weights (ZeRO-3 parameters are gathered one at a time for the push); with sleep mode it is freed
+        # while the trainer steps.
+        sleeping = recipe.generation.vllm.sleep_mode
+        return Estimate(
+            strategy=strategy,
+            trainable=sum(trainable_bytes(m.parameters, gpus, strategy) for m in trainable),
+            frozen=sum(frozen_bytes(m.parameters, gpus, strategy) for m in frozen),
+            activations=activations,
+            generation=engine if sleeping else 0,
+            engine=0 if sleeping else engine,
+        )
     if strategy.zero_stage == 3:
         # Generation gathers the whole engine (ds3_gather_for_generation, on by default): the policy, and
         # PPO's critic, which trains in one engine with it.
@@ -235,7 +269,7 @@ def plan(recipe: Recipe, gpus: int, gpu_memory: float) -> Plan:
     """The recipe's models and their per-GPU memory under every strategy."""
     trainable, frozen = recipe_models(recipe)
     strategies = STRATEGIES if gpus > 1 else (ONE_GPU,)
-    estimates = [estimate(recipe, trainable, frozen, gpus, s) for s in strategies]
+    estimates = [estimate(recipe, trainable, frozen, gpus, s, gpu_memory) for s in strategies]
     return Plan(recipe.algorithm, gpus, gpu_memory, trainable, frozen, estimates)
 
 
@@ -257,13 +291,11 @@ def describe_plan(result: Plan) -> str:
     for kind, models in (("trainable", result.trainable), ("frozen", result.frozen)):
         for model in models:
             lines.append(f"  {model.name:<22} {count(model.parameters):>8} parameters, {kind}")
-    header = (
-        f"{'strategy':<22} {'trainable':>9} {'frozen':>7} {'activ.':>7} {'generate':>8} {'total':>7}  fits"
-    )
+    header = f"{'strategy':<22} {'trainable':>9} {'frozen':>7} {'vllm':>5} {'activ.':>7} {'generate':>8} {'total':>7}  fits"
     lines += ["", "GB per GPU", header]
     for e in result.estimates:
-        cells = (e.trainable, e.frozen, e.activations, e.generation, e.total)
-        widths = (9, 7, 7, 8, 7)
+        cells = (e.trainable, e.frozen, e.engine, e.activations, e.generation, e.total)
+        widths = (9, 7, 5, 7, 8, 7)
         row = " ".join(f"{gigabytes(c):>{w}}" for c, w in zip(cells, widths, strict=True))
         lines.append(f"{e.strategy.name:<22} {row}  {'yes' if result.fits(e) else 'no'}")
     best = result.recommended
@@ -276,7 +308,8 @@ def describe_plan(result: Plan) -> str:
     else:
         lines.append(f"recommended: {best.strategy.name}, --config_file {best.strategy.config}")
     lines.append(
-        "total = trainable + frozen + the larger of activations (training) and generation, "
+        "total = trainable + frozen + vllm (a colocated engine's share) + the larger of activations "
+        "(training) and generation, "
         f"+ {FIXED_ALLOWANCE // GB} GB for the CUDA context; fits = at most {HEADROOM:.0%} of the GPU"
     )
     return "\n".join(lines)

@@ -3,6 +3,8 @@
 The policy is a run folder (its `final/`, or its latest checkpoint before it has one), a `final/`, a
 checkpoint or a LoRA adapter (merged into its base, cached). Prompts are formatted as the run formatted
 them in training: its recipe's chat template and system prompt, read from the run folder's recipe.yaml.
+Completions come from the generation layer (`llm_rl.generation`) on any backend: by default the run's
+own where this host can run it, else transformers' `generate` (`hf`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.generation.streamers import BaseStreamer
 
 from llm_rl.data.prompts import format_prompt, has_chat_template, load_prompt_data, prompt_token_ids
 from llm_rl.errors import ModelError, RecipeError, first_line
+from llm_rl.generation.backends import check_backend
+from llm_rl.generation.generators import build_generator
+from llm_rl.generation.sampling import Generator, SamplingSettings, left_padded, sampling_only
+from llm_rl.generation.vllm_settings import folder_engine_settings
 from llm_rl.models.completions import cut_after_stop, eos_token_ids, trimmed
 from llm_rl.models.load import is_adapter_folder, merged_adapter_path
-from llm_rl.recipe.load import load_recipe
+from llm_rl.recipe.load import load_run_recipe
 from llm_rl.rewards import build_reward_functions
 from llm_rl.rewards.scoring import RewardAdapter
 from llm_rl.run_folder import RECIPE_FILE
@@ -43,24 +50,41 @@ class GenerationRequest:
         return (self.max_new_tokens, self.temperature, self.top_p)
 
 
+def tool_backend(requested: str, recipe: Recipe | None) -> str:
+    """The backend a tool generates with: `auto` is the run's own where this host can run it, else `hf`; a
+    backend named outright must run here (a `RecipeError` naming `--backend` otherwise)."""
+    if requested != "auto":
+        try:
+            return check_backend(requested)
+        except RecipeError as err:
+            raise RecipeError(str(err).replace("generation.backend", "--backend", 1)) from None
+    wanted = recipe.generation.backend if recipe is not None else "hf"
+    try:
+        return check_backend(wanted)
+    except RecipeError:
+        return "hf"
+
+
 def run_recipe(folder: Path) -> Recipe | None:
-    """The recipe of the run a policy folder belongs to (the folder's, or its parent's recipe.yaml)."""
+    """The recipe of the run a policy folder belongs to (the folder's, or its parent's recipe.yaml), as it
+    ran: its generation backend need not run on this host (`tool_backend` falls back to `hf`)."""
     for candidate in (folder, folder.parent, folder.parent.parent):
         if (candidate / RECIPE_FILE).is_file():
-            return load_recipe(candidate / RECIPE_FILE)
+            return load_run_recipe(candidate / RECIPE_FILE)
     return None
 
 
 class PolicyGenerator:
-    """A loaded policy and tokenizer that turn prompts into completions, in batches."""
+    """A loaded policy and tokenizer that turn prompts into completions, in batches, on `backend`."""
 
-    def __init__(self, folder: Path, recipe: Recipe | None) -> None:
+    def __init__(self, folder: Path, recipe: Recipe | None, backend: str = "auto") -> None:
         self.folder = folder
         self.recipe = recipe
-        weights = merged_adapter_path(folder) if is_adapter_folder(folder) else folder
+        self.weights = merged_adapter_path(folder) if is_adapter_folder(folder) else folder
+        self.backend = tool_backend(backend, recipe)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(folder)
-            self.model = AutoModelForCausalLM.from_pretrained(weights)
+            self.model = AutoModelForCausalLM.from_pretrained(self.weights)
         except Exception as err:
             raise ModelError(f"the policy does not load: {first_line(err)}", where=str(folder)) from None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -73,11 +97,12 @@ class PolicyGenerator:
         self.pad = self.tokenizer.pad_token_id
         if self.pad is None:
             self.pad = self.tokenizer.eos_token_id
+        self.accelerator = Accelerator(cpu=self.device.type == "cpu")
 
     @classmethod
-    def from_source(cls, source: Path) -> PolicyGenerator:
+    def from_source(cls, source: Path, backend: str = "auto") -> PolicyGenerator:
         folder = policy_folder(source)
-        return cls(folder, run_recipe(folder))
+        return cls(folder, run_recipe(folder), backend)
 
     def encode(self, prompts: list[Any]) -> list[list[int]]:
         """Token ids of each prompt, formatted as in training."""
@@ -86,39 +111,48 @@ class PolicyGenerator:
             for prompt in prompts
         ]
 
+    def sampling(self, request: GenerationRequest) -> SamplingSettings:
+        """A request's sampling settings (temperature 0: greedy), with the policy's stop tokens."""
+        return SamplingSettings(
+            max_new_tokens=request.max_new_tokens,
+            temperature=request.temperature if request.temperature > 0 else 1.0,
+            top_p=request.top_p,
+            stop_token_ids=self.stop_token_ids,
+            pad_token_id=self.pad,
+            backend=self.backend,
+            greedy=request.temperature == 0,
+        )
+
+    def generator(self, sampling: SamplingSettings) -> Generator:
+        """The generation layer's generator for the backend: an engine from the saved folder for vLLM
+        (started once, kept for later calls), transformers on the loaded model otherwise."""
+        if sampling.backend == "vllm":
+            from llm_rl.generation.vllm_engine import FolderVLLMGenerator
+
+            return FolderVLLMGenerator.start(
+                folder_engine_settings(self.folder, self.weights, self.recipe), sampling
+            )
+        chunk = max(1, self.recipe.evaluation.batch_size if self.recipe is not None else 64)
+        return build_generator(lambda: self.model, self.accelerator, sampling, chunk, policy_of=lambda m: m)
+
     @torch.no_grad()
     def generate_ids(
         self, prompt_ids: list[list[int]], request: GenerationRequest, streamer: BaseStreamer | None = None
     ) -> torch.Tensor:
         """The completions' token ids, one row per prompt, padded after the first stop token; a streamer
-        hears each step's tokens as they are made (`llm-rl serve`'s streamed answers)."""
-        width = max(len(ids) for ids in prompt_ids)
-        input_ids = torch.full((len(prompt_ids), width), self.pad, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prompt_ids):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
-        sampling: dict[str, Any] = {"do_sample": False}
-        if request.temperature > 0:
-            sampling = {
-                "do_sample": True,
-                "temperature": request.temperature,
-                "top_p": request.top_p,
-                "top_k": 0,
-            }
-        config = GenerationConfig(
-            max_new_tokens=request.max_new_tokens,
-            pad_token_id=self.pad,
-            eos_token_id=self.stop_token_ids,
-            **sampling,
-        )
-        output = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention.to(self.device),
-            generation_config=config,
-            streamer=streamer,
-        )
-        return cut_after_stop(output[:, width:].cpu(), self.stop_token_ids, self.pad)
+        hears each step's tokens as they are made (`llm-rl serve`'s streamed answers, on transformers'
+        `generate`)."""
+        sampling = self.sampling(request)
+        input_ids, attention = left_padded(prompt_ids, self.pad)
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        if streamer is None:
+            return self.generator(sampling).generate(input_ids, attention).completion_ids.cpu()
+        config = sampling.generation_config()
+        with sampling_only(self.model, config):
+            output = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config, streamer=streamer
+            )
+        return cut_after_stop(output[:, input_ids.shape[1] :].cpu(), self.stop_token_ids, self.pad)
 
     def generate(self, prompt_ids: list[list[int]], request: GenerationRequest) -> list[dict[str, Any]]:
         """Each completion's text, token count and why it ended (`eos` or `length`)."""
@@ -135,9 +169,11 @@ class PolicyGenerator:
         }
 
 
-def sample_file(source: Path, prompts_file: Path, greedy: bool, max_new_tokens: int | None) -> list[dict]:
+def sample_file(
+    source: Path, prompts_file: Path, greedy: bool, max_new_tokens: int | None, backend: str = "auto"
+) -> list[dict]:
     """Completions for every row of a prompts file, scored by the run's reward functions."""
-    generator = PolicyGenerator.from_source(source)
+    generator = PolicyGenerator.from_source(source, backend)
     recipe = generator.recipe
     if recipe is None:
         raise RecipeError(

@@ -2,8 +2,9 @@
 
 Every `evaluation.every` updates (and before the first one with `evaluation.at_start`), the policy
 writes one completion for each prompt of the data's eval split (greedy by default: less noise for early
-stopping than a sample), and the recipe's reward functions score them through `RewardAdapter`, as PPO's
-rollouts are scored. The prompts are shared out between the processes; the metrics (`eval/reward/mean`,
+stopping than a sample), with the run's generation backend (on vLLM, the trainer's own engine, given the
+policy's current weights first), and the recipe's reward functions score them through `RewardAdapter`, as
+PPO's rollouts are scored. The prompts are shared out between the processes; the metrics (`eval/reward/mean`,
 `eval/reward/std`, `eval/rewards/<name>/mean`, `eval/num_prompts`) join that update's row, so
 `early_stopping.metric: eval/reward/mean` stops on held-out reward. The evaluation at the start is a row
 of its own at step 0, written through the trainer's `log` like any other (`EvaluateAtStart`).
@@ -11,16 +12,18 @@ of its own at step 0, written through the trainer's `log` like any other (`Evalu
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
 from datasets import Dataset
-from transformers import GenerationConfig, PreTrainedTokenizerBase, TrainerCallback
-from trl.models.utils import unwrap_model_for_generation
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from llm_rl.data.prompts import ROW_INDEX, tokenize_prompts
+from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError
+from llm_rl.generation.generators import build_generator
+from llm_rl.generation.sampling import Generator, left_padded, recipe_sampling
 from llm_rl.models.completions import eos_token_ids, trimmed
 from llm_rl.rewards import RewardSet
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
@@ -52,20 +55,8 @@ class HeldOutReward:
         self.tokenizer = tokenizer
         self.tokens = tokenize_prompts(eval_rows, tokenizer)
         self.adapter = RewardAdapter(rewards, eval_rows, tokenizer)
-        generation = recipe.generation
-        sampling: dict[str, Any] = {"do_sample": False}
-        if not settings.greedy:
-            sampling = {
-                "do_sample": True,
-                "temperature": generation.temperature,
-                "top_p": generation.top_p,
-                "top_k": generation.top_k or 0,
-            }
-        self.generation_config = GenerationConfig(
-            max_new_tokens=generation.max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=self.stop_token_ids,
-            **sampling,
+        self.sampling = recipe_sampling(
+            recipe.generation, self.stop_token_ids, tokenizer.pad_token_id, greedy=settings.greedy
         )
 
     def due(self, step: int) -> bool:
@@ -73,29 +64,24 @@ class HeldOutReward:
 
     @torch.no_grad()
     def __call__(
-        self, model: torch.nn.Module, accelerator: Accelerator, policy_of=lambda m: m
+        self, model: torch.nn.Module, accelerator: Accelerator, policy_of=lambda m: m, engine: Any = None
     ) -> dict[str, Any]:
-        """The eval metrics; every process must call it. `policy_of` picks the policy out of `model`."""
+        """The eval metrics; every process must call it. `policy_of` picks the policy out of `model`;
+        `engine` is the trainer's colocated vLLM engine, on the vllm backend."""
         indices = list(range(len(self.tokens)))
-        scores, values, seen = [], [], []
         # Equal shares (padded with repeats), so that every process generates the same number of batches.
-        with (
-            accelerator.split_between_processes(indices, apply_padding=True) as mine,
-            unwrap_model_for_generation(model, accelerator) as unwrapped,
-        ):
-            policy = policy_of(unwrapped)
-            was_training = policy.training
-            policy.eval()
-            for start in range(0, len(mine), self.batch_size):
-                batch = mine[start : start + self.batch_size]
-                score, per_fn = self.score(policy, batch, accelerator.device)
-                scores.append(score)
-                values.append(per_fn)
-                seen.append(torch.tensor(batch, device=accelerator.device))
-            policy.train(was_training)
-        score = accelerator.gather(torch.cat(scores))
-        per_fn = accelerator.gather(torch.cat(values))
-        order = accelerator.gather(torch.cat(seen))
+        with accelerator.split_between_processes(indices, apply_padding=True) as mine:
+            was_training = model.training
+            model.eval()
+            completions = self.generator(model, accelerator, policy_of, engine).generate(
+                *left_padded(self.tokens[mine]["input_ids"], self.sampling.pad_token_id)
+            )
+            model.train(was_training)
+        scores, per_fn = self.adapter(mine, trimmed(completions.completion_ids, self.stop_token_ids))
+        device = accelerator.device
+        score = accelerator.gather(scores.to(device))
+        per_fn = accelerator.gather(per_fn.to(device))
+        order = accelerator.gather(torch.tensor(mine, device=device))
         first = first_occurrences(order)
         score, per_fn = score[first], per_fn[first]
         metrics = {
@@ -107,16 +93,18 @@ class HeldOutReward:
         self.adapter.take_skipped()
         return {EVAL_PREFIX + key: value for key, value in metrics.items()}
 
-    def score(
-        self, policy: torch.nn.Module, indices: list[int], device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Generate for some eval prompts and score the completions: (scores, per-function values)."""
-        rows = self.tokens[indices]
-        queries = self.tokenizer.pad({"input_ids": rows["input_ids"]}, return_tensors="pt").to(device)
-        output = policy.generate(**queries, generation_config=self.generation_config)
-        responses = output[:, queries["input_ids"].shape[1] :]
-        scores, values = self.adapter(rows[ROW_INDEX], trimmed(responses, self.stop_token_ids))
-        return scores.to(device), values.to(device)
+    def generator(
+        self, model: torch.nn.Module, accelerator: Accelerator, policy_of, engine: Any
+    ) -> Generator:
+        """The run's backend, `evaluation.batch_size` prompts a call: transformers on the model as trained,
+        or the trainer's vLLM engine (which takes the current weights before it generates)."""
+        if engine is not None:
+            from llm_rl.generation.vllm_engine import VLLMGenerator
+
+            return VLLMGenerator(engine, self.sampling)
+        backend = "hf" if self.sampling.backend == "vllm" else self.sampling.backend
+        sampling = dataclasses.replace(self.sampling, backend=backend)
+        return build_generator(lambda: model, accelerator, sampling, self.batch_size, policy_of=policy_of)
 
 
 class EvaluateAtStart(TrainerCallback):
@@ -135,7 +123,8 @@ class EvaluateAtStart(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             trainer = self.trainer
-            trainer.log(self.held_out(trainer.model_wrapped, trainer.accelerator, self.policy_of))
+            engine = trainer.rollout_engine() if hasattr(trainer, "rollout_engine") else None
+            trainer.log(self.held_out(trainer.model_wrapped, trainer.accelerator, self.policy_of, engine))
         return control
 
 

@@ -294,6 +294,24 @@ def test_generation_backend_reaches_trl(tmp_path: Path, backend: str, fields: di
     assert (config.generation_batch_size, config.steps_per_generation) == (128, 2)
 
 
+def test_paged_cache_is_sized_to_the_generation_batch(tmp_path: Path) -> None:
+    """TRL would size it to half the free memory: on a CPU, half the host's RAM."""
+    from llm_rl.algorithms.grpo import build_trainer
+    from llm_rl.run.training import build_components
+
+    def paged_cache(*overrides: str):
+        paged = ["generation.backend=paged", "training.per_device_batch_size=16", "generation.batch_size=32"]
+        paged.append(f"run.output_dir={tmp_path}")
+        recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [*paged, *overrides])
+        return build_trainer(build_components(recipe), []).continuous_batching_config
+
+    cache = paged_cache()
+    # 32 sequences of at most a page each (arithmetic prompts are a few tokens long).
+    assert (cache.num_blocks, cache.max_requests_per_batch) == (32, 32)
+    # With a prompt limit of more than a page, two pages each.
+    assert paged_cache("data.max_prompt_length=300").num_blocks == 64
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -10,8 +10,10 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.algorithms.ppo.generation import HFGenerator, PagedGenerator, SamplingSettings, build_generator
 from llm_rl.algorithms.ppo.rollout import join_sequences
+from llm_rl.generation.generators import build_generator
+from llm_rl.generation.sampling import SamplingSettings
+from llm_rl.generation.transformers_generators import HFGenerator, PagedGenerator
 from llm_rl.models.completions import response_lengths
 from llm_rl.models.tiny import build_tokenizer, tiny_model_path
 

@@ -2,10 +2,17 @@
 the same advantages, returns, losses and gradient norms, within 1e-5 relative (CPU, fp32).
 
 The fixture (tests/fixtures/ppo_parity.pt) was written by `scripts/record_ppo_parity.py` at the commit
-that added it, on the embedded model, seed 0: for each update, the rollout as TRL's loop produced it
-(token ids, generation log-probs, reference log-probs, values, scores), the mini-batch orders it drew,
-and what its maths made of them. Update 2 starts from the weights our own update 1 left, so it also
-checks that the optimizer steps (two parameter groups, clipping apart) are TRL's.
+that added it (e8b7d6a), seed 0: for each update, the rollout as TRL's loop produced it (token ids,
+generation log-probs, reference log-probs, values, scores), the mini-batch orders it drew, and what its
+maths made of them. Update 2 starts from the weights our own update 1 left, so it also checks that the
+optimizer steps (two parameter groups, clipping apart) are TRL's.
+
+The fixture carries the model it was recorded on (tests/fixtures/ppo_parity_model/), and the replay loads
+that folder as `model.policy`: the embedded model (`builtin:tiny-arithmetic`) is built locally by a short
+warm-up whose result is not bit-identical across CPUs, so a fixture recorded on one machine's build does
+not replay on another's. To re-record, run that recorder at e8b7d6a (trl 1.12.0), changed to copy the
+embedded model's folder beside the fixture and record with `model.policy=<that folder>` (the path is left
+out of the fixture's overrides); the fixture and its model must be written together.
 
 The recorded runs asked for `ppo.num_mini_batches: 2` with 4 micro-batches a rollout. TRL's loop
 stepped the optimizer every `gradient_accumulation_steps` micro-batches whatever `num_mini_batches`
@@ -25,12 +32,13 @@ from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.rollout import Rollout, estimate_advantages, penalise_missing_stop
 from llm_rl.models.completions import response_lengths
-from llm_rl.models.tiny import tiny_model_path
 from llm_rl.recipe.load import load_recipe
 from llm_rl.run.training import build_components
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "ppo_parity.pt"
+# The model the fixture was recorded on, saved beside it.
+MODEL = REPO / "tests" / "fixtures" / "ppo_parity_model"
 RELATIVE = 1e-5
 # Quantities that are 0 up to rounding (a KL between two equal models) compare absolutely.
 ABSOLUTE = 1e-7
@@ -39,17 +47,21 @@ ABSOLUTE = 1e-7
 @pytest.fixture(scope="module")
 def fixture() -> dict:
     recorded = torch.load(FIXTURE, weights_only=False)
-    digest = hashlib.sha256((tiny_model_path() / "model.safetensors").read_bytes()).hexdigest()
-    assert digest == recorded["model_sha256"], "the embedded model is not the one the fixture was recorded on"
+    digest = hashlib.sha256((MODEL / "model.safetensors").read_bytes()).hexdigest()
+    assert digest == recorded["model_sha256"], (
+        f"{MODEL.relative_to(REPO)}/model.safetensors (sha256 {digest[:12]}) is not the model "
+        f"{FIXTURE.relative_to(REPO)} was recorded on ({recorded['model_sha256'][:12]}): "
+        "the fixture and its model must be recorded together"
+    )
     return recorded
 
 
 def replay_trainer(case: dict, output_dir: Path) -> ppo.PPOTrainer:
-    """Our trainer built from the recorded run's recipe, with TRL's effective mini-batching."""
-    overrides = [o for o in case["overrides"] if not o.startswith("ppo.num_mini_batches")]
+    """Our trainer built from the recorded run's recipe and model, with TRL's effective mini-batching."""
+    overrides = [o for o in case["overrides"] if not o.startswith(("ppo.num_mini_batches", "model.policy"))]
     recipe = load_recipe(
         REPO / "recipes" / "arithmetic" / "ppo.yaml",
-        [*overrides, "ppo.num_mini_batches=1", f"run.output_dir={output_dir}"],
+        [*overrides, "ppo.num_mini_batches=1", f"model.policy={MODEL}", f"run.output_dir={output_dir}"],
     )
     components = build_components(recipe)
     trainer = ppo.build_trainer(components, [])

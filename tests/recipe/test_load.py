@@ -91,7 +91,26 @@ BAD_RECIPES = [
         {"algorithm": "ppo", "ppo": {"use_liger_kernel": True}},
         "ppo.use_liger_kernel: liger-kernel is not installed here; install it or set ppo.use_liger_kernel: false",
     ),
-    ({"grpo": {"use_vllm": True}}, "grpo.use_vllm: vllm is not installed here"),
+    (
+        {"grpo": {"use_vllm": True}},
+        "grpo.use_vllm: set by the shared section; use generation.backend instead",
+    ),
+    (
+        {"rloo": {"vllm_gpu_memory_utilization": 0.5}},
+        "rloo.vllm_gpu_memory_utilization: set by the shared section; use generation.vllm.gpu_memory_utilization",
+    ),
+    (
+        {"generation": {"vllm": {"sleep_mode": True}}},
+        "generation.vllm.sleep_mode is set but generation.backend is 'auto'",
+    ),
+    (
+        {"algorithm": "ppo", "generation": {"backend": "vllm", "vllm": {"mode": "server"}}},
+        "generation.vllm.mode: PPO runs its vLLM engine inside each training process",
+    ),
+    (
+        {"algorithm": "rloo", "generation": {"backend": "vllm", "vllm": {"importance_sampling": True}}},
+        "generation.vllm.importance_sampling: TRL's RLOOConfig has no importance-sampling correction",
+    ),
     # Non-finite numbers (issue 22): a NaN weight would make every reward NaN and train on.
     (
         {"rewards": [{"name": "accuracy", "weight": float("nan")}]},

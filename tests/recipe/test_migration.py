@@ -110,6 +110,14 @@ use_vllm: true
 vllm_mode: colocate
 vllm_gpu_memory_utilization: 0.3
 vllm_max_model_len: 2048
+vllm_tensor_parallel_size: 1
+vllm_enable_sleep_mode: true
+vllm_server_host: 0.0.0.0
+vllm_server_port: 8000
+vllm_server_timeout: 240
+vllm_group_port: 51216
+vllm_importance_sampling_correction: true
+vllm_importance_sampling_mode: token_truncate
 steps_per_generation: 4
 per_device_train_batch_size: 4
 gradient_accumulation_steps: 4
@@ -196,8 +204,10 @@ def test_flat_open_r1_yaml_maps_onto_ppo(tmp_path: Path) -> None:
     warned = {row.source: row.note for row in migration.warnings}
     assert "removed from TRL" in warned["max_prompt_length"]
     assert "one completion per prompt" in warned["num_generations"]
-    assert "use_vllm" in warned and "push_to_hub" in warned
-    assert "beta" not in warned and "learning_rate" not in warned
+    assert "push_to_hub" in warned
+    # use_vllm: PPO generates on a colocated vLLM engine too.
+    assert recipe["generation"]["backend"] == "vllm"
+    assert "use_vllm" not in warned and "beta" not in warned and "learning_rate" not in warned
 
 
 def test_flat_trl_script_yaml_keeps_lora_reward_model_and_clipping(
@@ -229,7 +239,8 @@ def test_flat_yaml_renamed_and_unknown_keys_get_a_clear_word(tmp_path: Path) -> 
     migration = migrate(flat(tmp_path, VLLM_STYLE), "grpo")
     recipe = migration.recipe
     assert recipe["algorithm"] == "grpo"
-    assert recipe["grpo"]["vllm_max_model_length"] == 2048
+    assert recipe["generation"]["vllm"]["max_model_length"] == 2048
+    assert "vllm_max_model_length" not in recipe["grpo"]
     assert recipe["grpo"]["log_unique_prompts"] is True
     assert recipe["grpo"]["optim"] == "adamw_torch_fused"
     assert recipe["monitoring"]["tensorboard"] is True
@@ -251,8 +262,10 @@ def test_a_migrated_flat_yaml_validates_and_trains(tmp_path: Path) -> None:
     for key in accounted_keys(source):
         assert key in result.stdout, key
     assert "warning: no PPO counterpart or not used" in result.stderr
+    assert yaml.safe_load(target.read_text())["generation"]["backend"] == "vllm"
     tiny = [
         "--set", "model.policy=builtin:tiny-arithmetic",
+        "--set", "generation.backend=hf",  # the source's use_vllm: this host trains without vLLM
         "--set", "model.dtype=auto",
         "--set", "model.attn_implementation=null",
         "--set", "data.system_prompt=null",
@@ -758,6 +771,180 @@ def test_a_vllm_field_trl_dropped_gets_the_vllm_word(tmp_path: Path) -> None:
         row.source: row.note for row in migrate(flat_file(tmp_path, "vllm_device: cuda:1\n"), "ppo").warnings
     }
     assert "vllm_mode" in warned["vllm_device"]
+
+
+# --------------------------------------------------------------------------------------------------
+# vLLM settings (issue 28): generation.backend: vllm and generation.vllm, for every target
+# --------------------------------------------------------------------------------------------------
+
+# VLLM_STYLE's engine, as every target runs it.
+COLOCATED_ENGINE = {
+    "mode": "colocate",
+    "gpu_memory_utilization": 0.3,
+    "max_model_length": 2048,
+    "tensor_parallel_size": 1,
+    "sleep_mode": True,
+}
+SERVER_DEFAULTS = {"server_host": "0.0.0.0", "server_port": 8000, "server_timeout": 240, "group_port": 51216}
+
+
+@pytest.mark.parametrize(
+    ("target", "engine"),
+    [
+        ("grpo", {**COLOCATED_ENGINE, **SERVER_DEFAULTS, "importance_sampling": True}),
+        ("rloo", {**COLOCATED_ENGINE, **SERVER_DEFAULTS}),
+        ("ppo", COLOCATED_ENGINE),
+    ],
+)
+def test_a_flat_vllm_file_carries_its_engine_to_each_algorithm(
+    tmp_path: Path, target: str, engine: dict[str, object]
+) -> None:
+    migration = migrate(flat(tmp_path, VLLM_STYLE), target)
+    generation = migration.recipe["generation"]
+    assert (generation["backend"], generation["vllm"]) == ("vllm", engine)
+    rows = {row.source: row for row in migration.rows}
+    assert (rows["use_vllm"].target, rows["use_vllm"].warning) == ("generation.backend", False)
+    for key in ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size"):
+        assert rows[key].target.startswith("generation.vllm.") and not rows[key].warning, key
+    assert rows["vllm_enable_sleep_mode"].target == "generation.vllm.sleep_mode"
+    assert rows["vllm_max_model_len"].target == "generation.vllm.max_model_length"
+    assert "renamed in TRL" in rows["vllm_max_model_len"].note
+    server_port = rows["vllm_server_port"]
+    correction = rows["vllm_importance_sampling_correction"]
+    mode = rows["vllm_importance_sampling_mode"]
+    if target == "grpo":
+        assert server_port.target == "generation.vllm.server_port"
+        assert correction.target == "generation.vllm.importance_sampling" and not correction.warning
+        assert mode.target == "grpo.vllm_importance_sampling_mode"
+    if target == "rloo":
+        assert correction.warning and "RLOOConfig has no importance-sampling correction" in correction.note
+        assert mode.warning and "RLOOConfig has no importance-sampling correction" in mode.note
+    if target == "ppo":
+        # TRL's default server settings are left out without a warning: nothing the source chose is lost.
+        assert (server_port.target, server_port.warning) == ("-", False)
+        assert "vLLM server, which PPO does not use" in server_port.note
+        assert correction.warning and "its own forward pass" in correction.note
+        assert mode.warning and "its own forward pass" in mode.note
+    assert load_recipe_dict(migration.recipe).generation.backend == "vllm"
+
+
+def test_vllm_settings_without_use_vllm_are_not_written(tmp_path: Path) -> None:
+    """A recipe refuses generation.vllm settings without the vllm backend: TRL's defaults get a plain row,
+    others a warning that the source did not use them."""
+    text = "use_vllm: false\nvllm_gpu_memory_utilization: 0.3\nvllm_mode: server\nvllm_max_model_len: 1024\n"
+    migration = migrate(flat_file(tmp_path, text), "ppo")
+    assert "backend" not in migration.recipe["generation"] and "vllm" not in migration.recipe["generation"]
+    rows = {row.source: row for row in migration.rows}
+    assert not rows["use_vllm"].warning and "default backend" in rows["use_vllm"].note
+    assert not rows["vllm_gpu_memory_utilization"].warning
+    for key in ("vllm_mode", "vllm_max_model_len"):
+        assert rows[key].warning and "use_vllm off" in rows[key].note, key
+
+
+def test_vllm_settings_trl_removed_get_a_row_each(tmp_path: Path) -> None:
+    text = (
+        "use_vllm: true\nvllm_dtype: half\nvllm_device: cuda:1\nvllm_enable_prefix_caching: false\n"
+        "vllm_guided_decoding_regex: '\\d+'\n"
+    )
+    migration = migrate(flat_file(tmp_path, text), "grpo")
+    recipe = migration.recipe
+    # vLLM's `half` is the float16 generation.vllm.dtype takes.
+    assert recipe["generation"]["vllm"] == {"dtype": "float16"}
+    assert recipe["grpo"]["vllm_structured_outputs_regex"] == "\\d+"
+    warned = {row.source: row for row in migration.warnings}
+    assert warned["vllm_dtype"].target == "generation.vllm.dtype"
+    assert "vllm_mode" in warned["vllm_device"].note and warned["vllm_device"].target == "-"
+    assert "prefix-caching" in warned["vllm_enable_prefix_caching"].note
+    assert "renamed in TRL" in warned["vllm_guided_decoding_regex"].note
+    refused = migrate(flat_file(tmp_path, "use_vllm: true\nvllm_dtype: fp8\n"), "grpo")
+    assert "vllm" not in refused.recipe["generation"]
+    assert "not a precision" in {row.source: row.note for row in refused.warnings}["vllm_dtype"]
+
+
+SERVER_GRPO = """
+algorithm: grpo
+generation:
+  backend: vllm
+  vllm:
+    mode: server
+    gpu_memory_utilization: 0.5
+    server_host: 10.0.0.2
+    server_port: 8000
+    group_port: 51300
+    importance_sampling: false
+grpo:
+  num_generations: 4
+  vllm_importance_sampling_mode: token_truncate
+  vllm_structured_outputs_regex: "[0-9]+"
+training:
+  per_device_batch_size: 8
+"""
+
+
+def recipe_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "source.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_server_mode_grpo_recipe_becomes_colocated_for_ppo(tmp_path: Path) -> None:
+    source = recipe_file(tmp_path, SERVER_GRPO)
+    migration = migrate(source, "ppo")
+    generation = migration.recipe["generation"]
+    assert generation == {"backend": "vllm", "vllm": {"mode": "colocate", "gpu_memory_utilization": 0.5}}
+    rows = {row.source: row for row in migration.rows}
+    mode = rows["generation.vllm.mode"]
+    assert (mode.value, mode.target, mode.warning) == ("server", "generation.vllm.mode", True)
+    assert "now 'colocate'" in mode.note and "inside each training process" in mode.note
+    for key, warned in (("server_host", True), ("group_port", True), ("server_port", False)):
+        row = rows[f"generation.vllm.{key}"]
+        assert (row.target, row.warning) == ("-", warned), key
+        assert "vLLM server, which PPO does not use" in row.note
+    assert rows["generation.vllm.importance_sampling"].warning
+    assert "structured outputs" in rows["grpo.vllm_structured_outputs_regex"].note
+    assert "its own forward pass" in rows["grpo.vllm_importance_sampling_mode"].note
+    # Every source key has one row: those the conversion changed have no second, "kept" row.
+    sources = [row.source for row in migration.rows if row.source != "(added)"]
+    assert {dotted for dotted, _ in leaves(read_recipe_file(source))} <= set(sources)
+    assert len(sources) == len(set(sources))
+    assert load_recipe_dict(migration.recipe).generation.vllm.mode == "colocate"
+
+
+def test_a_server_mode_grpo_recipe_keeps_its_server_for_rloo(tmp_path: Path) -> None:
+    migration = migrate(recipe_file(tmp_path, SERVER_GRPO), "rloo")
+    engine = migration.recipe["generation"]["vllm"]
+    assert engine == {
+        "mode": "server",
+        "gpu_memory_utilization": 0.5,
+        "server_host": "10.0.0.2",
+        "server_port": 8000,
+        "group_port": 51300,
+    }
+    assert migration.recipe["rloo"]["vllm_structured_outputs_regex"] == "[0-9]+"
+    warned = {row.source: row.note for row in migration.warnings}
+    assert "RLOOConfig has no importance-sampling" in warned["generation.vllm.importance_sampling"]
+    assert "RLOOConfig has no importance-sampling" in warned["grpo.vllm_importance_sampling_mode"]
+    assert not any(source.startswith("generation.vllm.server") for source in warned)
+    assert load_recipe_dict(migration.recipe).generation.vllm.mode == "server"
+
+
+@pytest.mark.parametrize("target", ["grpo", "rloo"])
+def test_a_ppo_vllm_recipe_keeps_its_engine_for_a_group_algorithm(tmp_path: Path, target: str) -> None:
+    engine = {"gpu_memory_utilization": 0.4, "max_model_length": 1024, "sleep_mode": True, "dtype": "float32"}
+    source = recipe_file(
+        tmp_path,
+        yaml.safe_dump(
+            {
+                "algorithm": "ppo",
+                "generation": {"backend": "vllm", "vllm": engine},
+                "training": {"per_device_batch_size": 8},
+            }
+        ),
+    )
+    migration = migrate(source, target)
+    assert migration.recipe["generation"] == {"backend": "vllm", "vllm": engine}
+    assert not any(row.source.startswith("generation.") for row in migration.warnings)
+    assert load_recipe_dict(migration.recipe).generation.vllm.sleep_mode is True
 
 
 # --------------------------------------------------------------------------------------------------

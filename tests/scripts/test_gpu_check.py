@@ -4,6 +4,7 @@ a small budget, prints a table and writes the same numbers to its JSON file, end
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -17,7 +18,9 @@ from tests.conftest import REPO, run_entry
 sys.path.insert(0, str(REPO / "scripts"))
 
 import gpu_check  # noqa: E402
-from gpu_check import Job, Record, estimate_seconds, run_until, trl_pairs, work_order  # noqa: E402
+from gpu_check import Job, Record, estimate_seconds, kv_cache_gb, run_until, trl_pairs, work_order  # noqa: E402
+
+from llm_rl.generation.backends import vllm_problem  # noqa: E402
 
 SCRIPT = "scripts/gpu_check.py"
 
@@ -40,6 +43,22 @@ def test_work_order_puts_the_default_backend_of_the_first_size_first() -> None:
     assert names.index("1.2b-grpo-ours-static") > names.index("150m-grpo-trl-auto")
     assert len(names) == len(set(names)) == 2 * 3 * 2 + 1 + 3, "every job once"
     assert [j.name for j in work_order(["tiny"], ["auto"], ["ppo"], trl=True)] == ["tiny-ppo-ours-auto"]
+
+
+def test_vllm_runs_with_the_other_backends_but_not_on_trls_side_and_gets_a_kv_cache_for_its_batch() -> None:
+    names = [job.name for job in work_order(["150m", "1.2b"], ["auto", "static", "vllm"], ["grpo"], trl=True)]
+    assert names[:3] == ["150m-grpo-ours-auto", "150m-grpo-ours-static", "150m-grpo-ours-vllm"]
+    assert "1.2b-grpo-ours-vllm" in names and "150m-grpo-trl-static" in names
+    assert not any(name.endswith("grpo-trl-vllm") for name in names), "TRL by hand would not use our engine"
+    # Twice the batch's 64 x (16 + 128) tokens: 0.84 GiB of bf16 keys and values at 150M, 3.4 GiB at 1.2B.
+    args = argparse.Namespace(batch=64, new_tokens=128)
+    assert [kv_cache_gb(size, args, on_gpu=True) for size in ("150m", "1.2b", "tiny")] == [1, 4, 1]
+    model = Path("/models/150m")
+    overrides = gpu_check.job_overrides(Job("150m", "ppo-ours", "vllm"), model, args, on_gpu=True)
+    assert "generation.backend=vllm" in overrides and "generation.vllm.kv_cache_gb=1" in overrides
+    assert not any(
+        "kv_cache" in o for o in gpu_check.job_overrides(Job("150m", "ppo-ours", "auto"), model, args, True)
+    )
 
 
 def done(size: str, side: str, backend: str, wall: float, step: float) -> Record:
@@ -109,7 +128,7 @@ BUDGET = 45
 
 def test_cpu_run_fills_the_table_and_json_and_ends_within_its_budget(tmp_path: Path) -> None:
     output = tmp_path / "check.json"
-    args = [SCRIPT, "--allow-cpu", "--sizes", "tiny", "small", "--backends", "auto", "static",
+    args = [SCRIPT, "--allow-cpu", "--sizes", "tiny", "small", "--backends", "auto", "static", "vllm",
             "--steps", "3", "--new-tokens", "8", "--batch", "16", "--budget", str(BUDGET),
             "--output", str(output), "--work", str(tmp_path / "runs")]  # fmt: skip
     started = time.monotonic()
@@ -124,13 +143,20 @@ def test_cpu_run_fills_the_table_and_json_and_ends_within_its_budget(tmp_path: P
     assert report["copy_bandwidth_gb_per_second"] > 0.1
     runs = {f"{r['size']} {r['algorithm']} {r['backend']}": r for r in report["runs"]}
     assert len(runs) == len(
-        work_order(["tiny", "small"], ["auto", "static"], list(gpu_check.ALGORITHMS), True)
+        work_order(["tiny", "small"], ["auto", "static", "vllm"], list(gpu_check.ALGORITHMS), True)
     )
     assert any(r["status"] == "not run" for r in runs.values()), "the small budget stops the work early"
     assert report["elapsed_seconds"] <= BUDGET
 
     rows = table_rows(result.stdout)
     assert set(rows) == set(runs), "the table lists every job, run or not"
+    if vllm_problem() is not None:
+        vllm_runs = [run for name, run in runs.items() if name.endswith(" vllm")]
+        assert vllm_runs and all(run["status"] == "skipped" for run in vllm_runs), (
+            "skipped, whatever the budget"
+        )
+        assert all(run["detail"] == vllm_problem() for run in vllm_runs)
+        assert rows["tiny grpo-ours vllm"][-1] == f"skipped: {vllm_problem()}"
     for name in ("tiny grpo-ours auto (hf)", "tiny ppo-ours auto (hf)"):
         run = runs[name]
         assert run["status"] == "ok", run

@@ -33,10 +33,12 @@ def config_only(tmp_path_factory) -> Path:
 
 
 def small(algorithm: str, policy: Path, *overrides: str):
+    """A small recipe on `policy`, loaded as `llm-rl plan` loads it: for another host's GPUs."""
     return load_recipe(
         REPO / "recipes" / "arithmetic" / f"{algorithm}.yaml",
         [f"model.policy={policy}", "training.per_device_batch_size=4", "grpo.num_generations=4",
          "data.max_prompt_length=32", "generation.max_new_tokens=16", *overrides],
+        on_this_host=False,
     )  # fmt: skip
 
 
@@ -146,3 +148,20 @@ def test_the_7b_recipes_name_the_config_plan_recommends(qwen_7b_shape: Path, nam
     result = plan(load_recipe(path, [f"model.policy={qwen_7b_shape}"]), gpus=8, gpu_memory=80)
     assert result.recommended is not None
     assert f"--config_file {result.recommended.strategy.config}" in named
+
+
+def test_a_colocated_vllm_engine_holds_its_share_beside_training(config_only: Path) -> None:
+    """vLLM reserves gpu_memory_utilization of each GPU and generates instead of transformers; with sleep
+    mode the share is freed while the trainer steps. Planned without vLLM installed (it is for another host)."""
+    vllm = ("generation.backend=vllm", "generation.vllm.gpu_memory_utilization=0.25")
+    hf = by_name(plan(small("grpo", config_only), gpus=8, gpu_memory=80), "ZeRO-3")
+    colocated = by_name(plan(small("grpo", config_only, *vllm), gpus=8, gpu_memory=80), "ZeRO-3")
+    assert colocated.engine == 20 * GB and colocated.generation == 0
+    assert colocated.total == hf.trainable + hf.frozen + 20 * GB + hf.activations + FIXED_ALLOWANCE
+    sleeping = by_name(
+        plan(small("grpo", config_only, *vllm, "generation.vllm.sleep_mode=true"), 8, 80),
+        "ZeRO-3",
+    )
+    assert (sleeping.engine, sleeping.generation) == (0, 20 * GB)
+    server = small("grpo", config_only, *vllm, "generation.vllm.mode=server")
+    assert by_name(plan(server, gpus=8, gpu_memory=80), "ZeRO-3").engine == 0

@@ -11,18 +11,29 @@ import yaml
 from tests.conftest import LLM_RL, run_entry
 from tests.tools.conftest import greedy_completion
 
+PAIRS = [(3, 4), (2, 2), (5, 1), (0, 9)]
 
-def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_path: Path) -> None:
-    prompts = tmp_path / "prompts.jsonl"
-    pairs = [(3, 4), (2, 2), (5, 1), (0, 9)]
+
+def prompts_file(folder: Path) -> Path:
+    prompts = folder / "prompts.jsonl"
     prompts.write_text(
-        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a, b in pairs)
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a, b in PAIRS)
     )
+    return prompts
+
+
+def greedy_samples(run: Path, prompts: Path, *flags: str) -> list[dict]:
     result = run_entry(
-        ["sample", str(trained_run), "--prompts", str(prompts), "--greedy", "--json"], launcher=[LLM_RL]
+        ["sample", str(run), "--prompts", str(prompts), "--greedy", "--json", *flags], launcher=[LLM_RL]
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_path: Path) -> None:
+    prompts = prompts_file(tmp_path)
+    pairs = PAIRS
+    lines = greedy_samples(trained_run, prompts)
     assert [line["prompt"] for line in lines] == [f"{a}+{b}=" for a, b in pairs]
     recipe = yaml.safe_load((trained_run / "recipe.yaml").read_text())
     weights = {r["name"]: r["weight"] for r in recipe["rewards"]}
@@ -40,3 +51,12 @@ def test_sample_prints_completions_with_their_rewards(trained_run: Path, tmp_pat
         ["sample", str(trained_run), "--prompts", str(tmp_path / "none.jsonl")], launcher=[LLM_RL]
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+@pytest.mark.vllm
+def test_sample_on_vllm_writes_what_transformers_writes(trained_run: Path, tmp_path: Path) -> None:
+    """The same greedy completions and rewards from an engine started from the run's final/ (fp32 on CPU)."""
+    prompts = prompts_file(tmp_path)
+    on_vllm = greedy_samples(trained_run, prompts, "--backend", "vllm")
+    assert on_vllm == greedy_samples(trained_run, prompts, "--backend", "hf")
+    assert len(on_vllm) == len(PAIRS)

@@ -19,15 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
-from llm_rl.algorithms.base import Components, Counterpart, Series
+from llm_rl.algorithms.base import Components, Counterpart, Series, SharedOverride
 from llm_rl.algorithms.ppo.critic import load_value_model, value_model_source
-from llm_rl.algorithms.ppo.generation import SamplingSettings
 from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError, did_you_mean
+from llm_rl.generation.backends import resolve_backend
+from llm_rl.generation.sampling import SamplingSettings, recipe_sampling
+from llm_rl.generation.vllm_settings import (
+    IMPORTANCE_SAMPLING_FIELDS,
+    SERVER_KEYS,
+    EngineSettings,
+    engine_settings,
+)
 from llm_rl.models.completions import eos_token_ids
-from llm_rl.models.generation_backends import resolve_backend
-from llm_rl.models.load import load_policy
+from llm_rl.models.load import load_policy, resolve_model_path
 from llm_rl.models.lora import peft_config
 from llm_rl.rewards.scoring import RewardAdapter
 from llm_rl.run_folder import VALUE_MODEL_DIR
@@ -91,6 +97,27 @@ COUNTERPARTS = {
 }
 
 
+# What PPO's vLLM generation cannot do, and why: for the recipe checks and `llm-rl migrate`.
+COLOCATED_ONLY = (
+    "PPO runs its vLLM engine inside each training process (colocate); a separate server is for GRPO and RLOO"
+)
+OWN_LOGPROBS = (
+    "PPO trains on the log-probs its own forward pass computes for the sampled tokens, never on the engine's"
+)
+NO_SERVER = (
+    "a setting of the vLLM server, which PPO does not use (its engine runs inside each training process)"
+)
+SHARED_OVERRIDES = {
+    "generation.vllm.mode": SharedOverride(
+        "colocate",
+        "PPO runs its vLLM engine inside each training process, on its device, taking "
+        "generation.vllm.gpu_memory_utilization of its memory; a separate server is for GRPO and RLOO",
+    ),
+    **{f"generation.vllm.{key}": SharedOverride(None, NO_SERVER) for key in SERVER_KEYS},
+    "generation.vllm.importance_sampling": SharedOverride(None, OWN_LOGPROBS),
+}
+
+
 @dataclass
 class PPOInputs:
     """What `prepare` loads for the trainer: the tokenized prompts, the critic and the reference model."""
@@ -139,9 +166,21 @@ def check_recipe(recipe: Recipe) -> None:
             "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
             "PPO samples one completion per prompt: use 'batch' or 'none'"
         )
+    check_vllm(recipe)
     if not recipe.stages:
         # A staged recipe's own budget is no stage's; each stage is checked as a recipe of its own.
         check_settings(recipe, ppo_settings(recipe))
+
+
+def check_vllm(recipe: Recipe) -> None:
+    """PPO's vLLM engines run inside the training processes, and PPO trains on its own log-probs."""
+    if recipe.generation.backend != "vllm":
+        return
+    section = recipe.generation.vllm
+    if section.mode != "colocate":
+        raise RecipeError(f"generation.vllm.mode: {COLOCATED_ONLY}")
+    if section.importance_sampling is not None:
+        raise RecipeError(f"generation.vllm.importance_sampling: {OWN_LOGPROBS}; remove the key")
 
 
 # --- a run ---
@@ -274,16 +313,11 @@ def stop_token_ids(settings: PPOSettings, components: Components) -> list[int]:
 
 def sampling_settings(recipe: Recipe, settings: PPOSettings, components: Components) -> SamplingSettings:
     """How rollouts sample: the generation section, its scheduled temperature, and the stop tokens."""
-    generation = recipe.generation
-    return SamplingSettings(
-        max_new_tokens=generation.max_new_tokens,
-        temperature=start_values(recipe, SCHEDULABLE).get("temperature", generation.temperature),
-        top_p=generation.top_p,
-        top_k=generation.top_k or 0,
-        min_new_tokens=generation.min_new_tokens,
-        stop_token_ids=stop_token_ids(settings, components),
-        pad_token_id=components.tokenizer.pad_token_id,
-        backend=resolve_backend(generation.backend),
+    return recipe_sampling(
+        recipe.generation,
+        stop_token_ids(settings, components),
+        components.tokenizer.pad_token_id,
+        temperature=start_values(recipe, SCHEDULABLE).get("temperature"),
     )
 
 
@@ -314,7 +348,20 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> P
         peft_config=peft_config(recipe.model.lora),
         held_out=components.held_out,
         generation_batch_size=recipe.generation.batch_size,
+        vllm_engine=vllm_engine(recipe, components),
     )
+
+
+def vllm_engine(recipe: Recipe, components: Components) -> EngineSettings | None:
+    """How PPO's vLLM engine starts, for `generation.backend: vllm`: from the policy's folder, sampling with
+    the recipe's settings alone (not the model's generation config)."""
+    if resolve_backend(recipe.generation.backend) != "vllm":
+        return None
+    tokenizer = recipe.model.tokenizer
+    tokenizer_path = (
+        resolve_model_path(tokenizer, needs_config=False, key="model.tokenizer") if tokenizer else None
+    )
+    return engine_settings(recipe, components.policy_path, tokenizer_path, model_generation_config=False)
 
 
 def apply_setting(trainer: PPOTrainer, key: str, value: float) -> None:
@@ -393,12 +440,14 @@ def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
         "mask_truncated_completions": "nearest: ppo.missing_eos_penalty",
         "steps_per_generation": "PPO generates each update's batch; ppo.num_mini_batches splits it",
         "generation_batch_size": "PPO generates each update's batch",
-        "use_vllm": "our PPO loop generates with transformers' generate",
         "importance_sampling_level": "no sequence-level ratio in PPO",
         "top_entropy_quantile": "no entropy masking in PPO",
         "delta": "no two-sided clipping in PPO",
         "sync_ref_model": "PPO's reference model stays fixed",
         "router_aux_loss_coef": "PPO adds no Mixture-of-Experts load-balancing loss",
+        **dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, OWN_LOGPROBS),
+        "vllm_model_impl": "PPO's vLLM engine lets vLLM choose the model's implementation (auto)",
+        "vllm_structured_outputs_regex": "PPO samples without structured outputs",
         **{key: f"llm_rl's PPO does not use it: {why}" for key, why in PPO_REFUSED_KEYS.items()},
     }
 

@@ -2,7 +2,7 @@
 
 Each update is a fixed sequence of steps:
 
-1. **generate** completions for a batch of prompts (`llm_rl.algorithms.ppo.generation`);
+1. **generate** completions for a batch of prompts (`llm_rl.generation`);
 2. **score** them with the recipe's reward functions (`RewardAdapter`);
 3. **evaluate** the response tokens under the policy, the reference model and the critic (no grad,
    response positions only: `llm_rl.algorithms.ppo.forward`);
@@ -30,7 +30,6 @@ import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import (
-    DataCollatorWithPadding,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Trainer,
@@ -45,7 +44,6 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.forward import PolicyAndCritic, chunked_logprobs, chunked_values, model_inputs
-from llm_rl.algorithms.ppo.generation import Generator, SamplingSettings, build_generator
 from llm_rl.algorithms.ppo.rollout import (
     AdvantageSettings,
     Rollout,
@@ -54,6 +52,10 @@ from llm_rl.algorithms.ppo.rollout import (
     penalise_missing_stop,
 )
 from llm_rl.algorithms.ppo.settings import PPOSettings
+from llm_rl.data.prompts import ROW_INDEX
+from llm_rl.generation.generators import build_generator
+from llm_rl.generation.sampling import Generator, SamplingSettings, left_padded
+from llm_rl.generation.vllm_settings import EngineSettings, VLLMInputs
 from llm_rl.models.completions import ends_with_stop, response_lengths, trimmed
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.run_folder import VALUE_MODEL_DIR
@@ -85,12 +87,14 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         peft_config: Any = None,
         held_out: HeldOutReward | None = None,
         generation_batch_size: int | None = None,
+        vllm_engine: EngineSettings | None = None,
     ) -> None:
         """`args` is a `TrainingArguments` whose `gradient_accumulation_steps` counts the micro-batches of one
         mini-batch; `prompts` has `input_ids` and `row_index`; `reference` is None with LoRA (the policy
         with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders;
         `generation_batch_size` (`generation.batch_size`) prompts go to each generate call, by default
-        the no-grad forward's chunk."""
+        the no-grad forward's chunk (with vLLM: the most sequences its engine runs at once);
+        `vllm_engine` starts the engine for `generation.backend: vllm`."""
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -108,7 +112,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             args=args,
             processing_class=tokenizer,
             train_dataset=prompts,
-            data_collator=DataCollatorWithPadding(tokenizer),
+            data_collator=PromptCollator(sampling.pad_token_id),
             callbacks=callbacks,
         )
         self.settings = settings
@@ -127,6 +131,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             sampling,
             chunk_size=self.generation_chunk_size,
             gather_zero3=settings.ds3_gather_for_generation,
+            vllm=None if vllm_engine is None else VLLMInputs(self.model.policy, tokenizer, vllm_engine),
         )
         self._clip_groups: dict[str, list[torch.nn.Parameter]] | None = None
 
@@ -247,6 +252,10 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             self.args.max_steps * self.samples_per_update / len(self.train_dataset)
         )
 
+    def rollout_engine(self) -> Any:
+        """The colocated vLLM engine rollouts are generated with (evaluation borrows it), or None."""
+        return getattr(self.generator, "rollouts", None)
+
     @property
     def samples_per_update(self) -> int:
         return self.local_batch_size * self.accelerator.num_processes
@@ -336,7 +345,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         with self.accelerator.autocast():
             completion_ids = self.generator.generate(prompt_ids, prompt_mask).completion_ids
         lengths = response_lengths(completion_ids, self.stop_token_ids)
-        scores, per_function = self.score(batch["row_index"], completion_ids)
+        scores, per_function = self.score(batch[ROW_INDEX], completion_ids)
         scores = penalise_missing_stop(
             scores, completion_ids, lengths, self.stop_token_ids, self.settings.missing_eos_penalty
         )
@@ -347,7 +356,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             prompt_mask=prompt_mask,
             completion_ids=completion_ids,
             lengths=lengths,
-            row_indices=batch["row_index"].to(device),
+            row_indices=batch[ROW_INDEX].to(device),
             logprobs=logprobs,
             ref_logprobs=ref_logprobs,
             values=values,
@@ -544,7 +553,14 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         metrics.update(reward_metrics(samples[:, 1:], self.rewards.rewards.names))
         metrics.update(lr=self.lr_scheduler.get_last_lr()[0], critic_warmup=float(warming_up))
         if self.held_out is not None and self.held_out.due(self.state.global_step):
-            metrics.update(self.held_out(self.model_wrapped, self.accelerator, policy_of=lambda m: m.policy))
+            metrics.update(
+                self.held_out(
+                    self.model_wrapped,
+                    self.accelerator,
+                    policy_of=lambda m: m.policy,
+                    engine=self.rollout_engine(),
+                )
+            )
         return metrics
 
     # ------------------------------------------------------------------------------------------------
@@ -593,6 +609,22 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         for _ in range(saved.global_step):
             next(batches)
         self._load_rng_state(checkpoint)
+
+
+class PromptCollator:
+    """Tokenized prompts into a batch: left-padded ids and mask (as every generator takes them), and the
+    rows' indices (the way back to their dataset columns for the reward functions)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        ids, mask = left_padded([row["input_ids"] for row in rows], self.pad_token_id)
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            ROW_INDEX: torch.tensor([row[ROW_INDEX] for row in rows]),
+        }
 
 
 def trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -4,11 +4,15 @@ An ASGI middleware rather than a FastAPI dependency, because FastAPI reads and p
 dependencies run: a request without the key must be refused before its body is looked at, and a body
 over the limit before it is held in memory whole. A refused body is read and dropped (up to 64 MiB), so
 that a client that sends it whole hears the answer instead of a broken pipe.
+
+`KeyGate` is the key check alone, for vLLM's server (`--middleware`): vLLM's own key guards `/v1` and a
+few other prefixes only, and leaves paths such as `/invocations` (inference too) open.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -41,28 +45,14 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self.authorized(scope):
-            await drain(receive)
-            error = ApiError(
-                401,
-                "a missing or wrong API key: send the server's key as 'Authorization: Bearer <key>'",
-                code="invalid_api_key",
-            )
-            await refuse(error, scope, receive, send, {"WWW-Authenticate": "Bearer"})
+        if not authorized(scope, self.api_key):
+            await refuse_unauthorized(scope, receive, send)
             return
         body, error = await self.read_body(scope, receive)
         if error is not None:
             await refuse(error, scope, receive, send, {"Connection": "close"})
             return
         await self.app(scope, replay(body, receive), send)
-
-    def authorized(self, scope: Scope) -> bool:
-        """No key set, an open path, or `Authorization: Bearer <the key>` (compared in constant time)."""
-        if self.api_key is None or scope["path"] in OPEN_PATHS:
-            return True
-        value = header(scope, b"authorization") or b""
-        scheme, _, token = value.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.api_key)
 
     async def read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, ApiError | None]:
         """The whole body, or a 413 once it is known to pass the limit (from Content-Length, or counted)."""
@@ -85,6 +75,43 @@ class Gate:
                 return b"", self.limits.body_too_large(size, exact=False)
             chunks.append(chunk)
         return b"".join(chunks), None
+
+
+class KeyGate:
+    """ASGI middleware for vLLM's server, which builds middleware from its class alone: the key from
+    `VLLM_API_KEY` (when set) on every path but /health, as `Gate` has it; CORS preflights (OPTIONS, which
+    carry no key) pass, as vLLM lets them."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        key = os.environ.get("VLLM_API_KEY")
+        self.api_key = key.encode() if key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or authorized(scope, self.api_key):
+            await self.app(scope, receive, send)
+            return
+        await refuse_unauthorized(scope, receive, send)
+
+
+def authorized(scope: Scope, api_key: bytes | None) -> bool:
+    """No key set, an open path, or `Authorization: Bearer <the key>` (compared in constant time)."""
+    if api_key is None or scope["path"] in OPEN_PATHS:
+        return True
+    value = header(scope, b"authorization") or b""
+    scheme, _, token = value.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), api_key)
+
+
+async def refuse_unauthorized(scope: Scope, receive: Receive, send: Send) -> None:
+    """401 in OpenAI's shape, the body read and dropped first."""
+    await drain(receive)
+    error = ApiError(
+        401,
+        "a missing or wrong API key: send the server's key as 'Authorization: Bearer <key>'",
+        code="invalid_api_key",
+    )
+    await refuse(error, scope, receive, send, {"WWW-Authenticate": "Bearer"})
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

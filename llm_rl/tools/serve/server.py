@@ -1,4 +1,4 @@
-"""The process side of `llm-rl serve`: load the policy, bind the port, run the app on uvicorn.
+"""The process side of `llm-rl serve` on FastAPI: load the policy, bind the port, run the app on uvicorn.
 
 The socket is bound here, before uvicorn starts, so that a port in use is a plain `OSError` the command
 line turns into exit 2, and port 0's pick is known before the first request. Logs go to stderr only:
@@ -16,7 +16,8 @@ from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
 from llm_rl.run_folder import FINAL_DIR
-from llm_rl.tools.sample import PolicyGenerator
+from llm_rl.tools.export import policy_folder
+from llm_rl.tools.sample import PolicyGenerator, run_recipe, tool_backend
 from llm_rl.tools.serve.app import Service, build_app
 from llm_rl.tools.serve.batching import Batcher
 from llm_rl.tools.serve.limits import ServeLimits
@@ -68,6 +69,19 @@ def default_model_id(source: Path) -> str:
     return folder.name
 
 
+def serve_backend(source: Path, requested: str) -> str:
+    """The backend `llm-rl serve --backend REQUESTED` serves `source` with: `auto` is the run's own where
+    this host runs it (vllm for a run trained on vLLM, with vLLM installed), else hf; one named outright
+    must run here (a `RecipeError` naming `--backend` and how to install it otherwise)."""
+    return tool_backend(requested, run_recipe(policy_folder(source)))
+
+
+def serving_line(source: Path, model_id: str, host: str, port: int, what: str, api_key: str | None) -> str:
+    """The one line on stdout once the server answers, which scripts read for its address."""
+    key = "; API key required" if api_key else ""
+    return f"serving {source} as {model_id!r} on http://{host}:{port} ({what}{key})"
+
+
 def make_server(
     source: Path,
     host: str,
@@ -75,9 +89,11 @@ def make_server(
     limits: ServeLimits,
     api_key: str | None = None,
     model_id: str | None = None,
+    backend: str = "auto",
 ) -> ApiServer:
-    """A ready server for the policy at `source` (a run folder, final/, checkpoint or adapter)."""
-    generator = PolicyGenerator.from_source(source)
+    """A ready server for the policy at `source` (a run folder, final/, checkpoint or adapter), generating
+    on `backend` (hf, static or paged; auto: the run's own where this host runs it)."""
+    generator = PolicyGenerator.from_source(source, backend)
     sock = listening_socket(host, port)
     service = Service(generator, Batcher(generator, limits), limits, model_id or default_model_id(source))
     return ApiServer(build_app(service, api_key), sock, service.model_id)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_rl.errors import RecipeError
-from llm_rl.models.generation_backends import check_backend, resolve_backend
+from llm_rl.generation.backends import check_backend, check_backend_settings, resolve_backend, vllm_problem
 from tests.conftest import LLM_RL, REPO, write_recipe
 
 
@@ -35,14 +35,19 @@ def test_auto_is_hf_here_and_a_named_backend_is_itself() -> None:
 def test_paged_with_min_new_tokens_is_refused() -> None:
     """transformers' continuous batching ignores min_new_tokens (measured): it would change what is sampled."""
     with pytest.raises(RecipeError, match="generation.backend: 'paged'.*ignores generation.min_new_tokens"):
-        check_backend("paged", min_new_tokens=2)
+        check_backend_settings("paged", min_new_tokens=2)
 
 
-def test_vllm_is_refused_at_validate_with_exit_2(tmp_path: Path) -> None:
+@pytest.mark.skipif(vllm_problem() is None, reason="vLLM is installed in this environment")
+def test_vllm_without_vllm_is_refused_at_validate_with_exit_2(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path / "recipe.yaml", generation={"backend": "vllm"})
     result = validate(recipe)
     assert result.returncode == 2, result.stderr
-    assert "generation.backend: 'vllm' is not supported: vLLM is not installed" in result.stderr
+    assert (
+        "generation.backend: 'vllm' cannot run on this host: vLLM is not installed in this environment"
+        in result.stderr
+    )
+    assert "make vllm-env" in result.stderr
     assert "Traceback" not in result.stderr
 
 
