@@ -56,6 +56,8 @@ class LaunchCommand:
     unresolved: list[str] = field(default_factory=list)
     # Variables the file sets before the command (`export CUDA_VISIBLE_DEVICES=0,1`), by name.
     environment: dict[str, str] = field(default_factory=dict)
+    # What was read differently from the shell, and why (a lost line continuation).
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return f"line {self.line}: {self.launcher} {self.script}"
@@ -92,21 +94,39 @@ def launch_commands(text: str, where: Path | str = "<command>") -> list[LaunchCo
     """Every command in a shell text that runs a Python script, in order."""
     variables: dict[str, str] = {}
     exported: dict[str, str] = {}
-    commands = []
+    commands: list[LaunchCommand] = []
+    previous_was_launch = False
     for line, words in shell_commands(text, where):
         environment, words = leading_assignments(words, variables)
         if words[:1] == ["export"]:
             for name, value in (assigned(word, variables) for word in words[1:]):
                 variables[name] = exported[name] = value
-            continue
-        if not words:  # a plain assignment: NAME=value
+        elif not words:  # a plain assignment: NAME=value
             variables.update(environment)
+        elif words[0].startswith("--") and previous_was_launch:
+            continue_launch(commands[-1], line, words, variables)
+            continue
+        if words[:1] == ["export"] or not words:
+            previous_was_launch = False
             continue
         launch = as_launch(line, words, variables)
+        previous_was_launch = launch is not None
         if launch is not None:
             launch.environment = {**exported, **environment}
             commands.append(launch)
     return commands
+
+
+def continue_launch(launch: LaunchCommand, line: int, words: list[str], variables: dict[str, str]) -> None:
+    """Flags on a line of their own right after a launch: the line before has no `\\` (TRL's own
+    docstrings have this slip), or a comment line ended the command. The shell ran the launch without
+    them, so they are not read; the launch says so, for the reader to decide."""
+    flags = script_flags([substitute(word, variables, []) for word in words])
+    launch.notes.append(
+        f"line {line} holds flags ({', '.join(flags)}) that the shell did not pass to the command on line "
+        f"{launch.line}: the line before it has no line-continuation backslash, or a comment ended the "
+        "command. They are not read; if the run had them, set them in the recipe"
+    )
 
 
 def shell_commands(text: str, where: Path | str) -> list[tuple[int, list[str]]]:

@@ -60,6 +60,7 @@ def import_launch(path: Path, command: int | None) -> tuple[dict[str, Any], list
     rows = [
         KeyFate("(script)", launch.script, "-", f"{launch.summary()}, its flags read as TRL's GRPO script's")
     ]
+    rows += [KeyFate("(shell)", launch.script, "-", note, warning=True) for note in launch.notes]
     rows += launcher_rows(launch)
     rows += [
         KeyFate(

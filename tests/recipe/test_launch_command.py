@@ -92,6 +92,7 @@ def test_a_commented_out_flag_ends_the_command_as_the_shell_ends_it() -> None:
     text = "python ppo.py \\\n    --kl_coef 0.05 \\\n#    --whiten_rewards \\\n    --gamma 0.99\n"
     (command,) = launch_commands(text)
     assert command.flags == {"kl_coef": "0.05"}
+    assert command.notes and "(gamma)" in command.notes[0]
 
 
 def test_a_file_with_several_commands_names_them_and_takes_one_by_number(tmp_path: Path) -> None:
@@ -116,3 +117,22 @@ def test_a_file_without_a_launch_or_with_an_open_quote_is_a_clear_error(tmp_path
     broken.write_text("python ppo.py --run_name 'unfinished\n")
     with pytest.raises(RecipeError, match="line 1: cannot read the shell text"):
         read_launch_file(broken)
+
+
+def test_flags_after_a_lost_line_continuation_are_not_read_and_the_launch_says_so() -> None:
+    """TRL 0.12's ppo_tldr.py docstring lost a backslash after --dataset_name; a run copied from it
+    trained without the flags below it, as the shell ran it."""
+    text = (
+        "python examples/scripts/ppo/ppo_tldr.py \\\n"
+        "    --dataset_name trl-internal-testing/tldr-preference-sft-trl-style\n"
+        "    --dataset_test_split validation \\\n"
+        "    --learning_rate 3e-6\n"
+        "export WANDB_PROJECT=ppo\n"
+        "    --not_after_a_launch 1\n"
+    )
+    (command,) = launch_commands(text)
+    assert command.flags == {"dataset_name": "trl-internal-testing/tldr-preference-sft-trl-style"}
+    (note,) = command.notes
+    assert note.startswith(
+        "line 3 holds flags (dataset_test_split, learning_rate) that the shell did not pass to the command on line 1"
+    )

@@ -155,3 +155,15 @@ def test_flag_values_take_the_types_of_trl_fields() -> None:
         "my_own_flag": 3,
         "my_switch": True,
     }
+
+
+def test_flags_the_shell_did_not_pass_are_a_warning_row(tmp_path: Path) -> None:
+    launch = launch_file(
+        tmp_path,
+        "python trl/scripts/grpo.py --model_name_or_path builtin:tiny-arithmetic --reward_funcs accuracy\n"
+        "    --beta 0.1\n",
+    )
+    migration = migrate(launch, "grpo")
+    assert "beta" not in migration.recipe.get("grpo", {})
+    (row,) = [row for row in migration.warnings if row.source == "(shell)"]
+    assert "line 2 holds flags (beta) that the shell did not pass" in row.note
