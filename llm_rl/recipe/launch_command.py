@@ -46,8 +46,9 @@ class LaunchCommand:
 
     line: int
     script: str
-    # The launcher's own flags (`--config_file`, `--num_processes`, ...), without their dashes.
+    # `python`, `accelerate launch`, `torchrun`, `deepspeed` or `python -m <launcher module>`.
     launcher: str
+    # The launcher's own flags (`--config_file`, `--num_processes`, ...), without their dashes.
     launcher_flags: dict[str, Any] = field(default_factory=dict)
     # The script's flags: a value, a list of values (`--report_to wandb tensorboard`), or True for a bare
     # flag (`--use_peft`). Values stay text: the importer reads them against the config's field types.
@@ -98,26 +99,27 @@ def launch_commands(text: str, where: Path | str = "<command>") -> list[LaunchCo
     previous_was_launch = False
     for line, words in shell_commands(text, where):
         environment, words = leading_assignments(words, variables)
+        if words and words[0].startswith("--") and previous_was_launch:
+            note_unpassed_flags(commands[-1], line, words, variables)
+            continue
+        launch = None
         if words[:1] == ["export"]:
             for name, value in (assigned(word, variables) for word in words[1:]):
                 variables[name] = exported[name] = value
         elif not words:  # a plain assignment: NAME=value
             variables.update(environment)
-        elif words[0].startswith("--") and previous_was_launch:
-            continue_launch(commands[-1], line, words, variables)
-            continue
-        if words[:1] == ["export"] or not words:
-            previous_was_launch = False
-            continue
-        launch = as_launch(line, words, variables)
-        previous_was_launch = launch is not None
+        else:
+            launch = as_launch(line, words, variables)
         if launch is not None:
             launch.environment = {**exported, **environment}
             commands.append(launch)
+        previous_was_launch = launch is not None
     return commands
 
 
-def continue_launch(launch: LaunchCommand, line: int, words: list[str], variables: dict[str, str]) -> None:
+def note_unpassed_flags(
+    launch: LaunchCommand, line: int, words: list[str], variables: dict[str, str]
+) -> None:
     """Flags on a line of their own right after a launch: the line before has no `\\` (TRL's own
     docstrings have this slip), or a comment line ended the command. The shell ran the launch without
     them, so they are not read; the launch says so, for the reader to decide."""
