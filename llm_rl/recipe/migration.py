@@ -24,6 +24,7 @@ from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remov
 from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
 from llm_rl.recipe.trl_launch import import_launch, is_launch_file
+from llm_rl.recipe.trl_ppo import check_not_legacy, import_trl_ppo, is_trl_ppo
 from llm_rl.schema import Recipe
 from llm_rl.training.args import assumed_world_size, world_size
 
@@ -192,9 +193,10 @@ def convert_file(path: Path, target: str, warm_start: str | None, command: int |
     `path` is one of our recipes, a flat TRL-style YAML or JSON, or a shell file with a TRL launch command
     (the `command`-th when it holds several)."""
     launch_rows: list[KeyFate] = []
+    script = None
     if is_launch_file(path):
-        raw, launch_rows = import_launch(path, command)
-        flat = True
+        raw, launch_rows, launch = import_launch(path, command)
+        flat, script = True, launch.script
     else:
         if command is not None:
             raise RecipeError(
@@ -204,7 +206,8 @@ def convert_file(path: Path, target: str, warm_start: str | None, command: int |
     imported = None
     if flat:
         try:
-            imported = import_flat(raw)
+            check_not_legacy(raw, str(path))
+            imported = import_trl_ppo(raw, script) if is_trl_ppo(raw, script) else import_flat(raw)
         except RecipeError as err:
             raise RecipeError(str(err), where=str(path)) from None
         imported.rows = [*launch_rows, *imported.rows]

@@ -9,19 +9,11 @@ from typing import Any
 
 import yaml
 
-from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate
 from llm_rl.recipe.launch_command import LaunchCommand, field_types, read_launch_file, typed_flags
+from llm_rl.recipe.trl_ppo import check_not_legacy, is_trl_ppo, trl_ppo_field_types
 
 SHELL_SUFFIXES = {".sh", ".bash", ".zsh", ".cmd", ".txt"}
-# Flags only TRL's PPO scripts take (PPOConfig's own and the scripts' model paths).
-PPO_FLAGS = {
-    "sft_model_path", "reward_model_path", "total_episodes", "num_ppo_epochs", "response_length",
-    "missing_eos_penalty", "non_eos_penalty", "local_rollout_forward_batch_size", "vf_coef",
-    "cliprange_value", "whiten_rewards", "kl_estimator", "stop_token", "num_sample_generations",
-}  # fmt: skip
-# The step()-API PPOConfig of trl 0.11 and before.
-LEGACY_PPO_FLAGS = {"model_name", "steps", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "query_dataset"}
 
 LAUNCHER_NOTES = {
     "config_file": "launch the recipe with the same accelerate config: accelerate launch --config_file {value} "
@@ -51,15 +43,15 @@ def is_launch_file(path: Path) -> bool:
         return True
 
 
-def import_launch(path: Path, command: int | None) -> tuple[dict[str, Any], list[KeyFate]]:
-    """The flags of the launch command in `path` as a flat TRL-style mapping, and the rows for what
-    surrounds them."""
+def import_launch(path: Path, command: int | None) -> tuple[dict[str, Any], list[KeyFate], LaunchCommand]:
+    """The flags of the launch command in `path` as a flat TRL-style mapping (typed as TRL's GRPO or
+    PPO script reads them), the rows for what surrounds them, and the command."""
     launch = read_launch_file(path, command)
-    check_algorithm(launch, path)
-    flat = typed_flags(launch.flags, trl_field_types())
-    rows = [
-        KeyFate("(script)", launch.script, "-", f"{launch.summary()}, its flags read as TRL's GRPO script's")
-    ]
+    check_not_legacy(launch.flags, f"{path}: {launch.summary()}")
+    ppo = is_trl_ppo(launch.flags, launch.script)
+    flat = typed_flags(launch.flags, trl_ppo_field_types() if ppo else trl_field_types())
+    kind = "TRL's PPO script's" if ppo else "TRL's GRPO script's"
+    rows = [KeyFate("(script)", launch.script, "-", f"{launch.summary()}, its flags read as {kind}")]
     rows += [KeyFate("(shell)", launch.script, "-", note, warning=True) for note in launch.notes]
     rows += launcher_rows(launch)
     rows += [
@@ -72,26 +64,7 @@ def import_launch(path: Path, command: int | None) -> tuple[dict[str, Any], list
         )
         for name in launch.unresolved
     ]
-    return flat, rows
-
-
-def check_algorithm(launch: LaunchCommand, path: Path) -> None:
-    """Only GRPO-style launches are read: a PPO launch says so, with what it would need."""
-    legacy = sorted(LEGACY_PPO_FLAGS & set(launch.flags))
-    if legacy:
-        raise RecipeError(
-            f"{launch.summary()} uses the step()-API PPOConfig of trl 0.11 and before ({', '.join(legacy)}): "
-            "write its settings as a ppo: section of a recipe (docs/migration.md)",
-            where=path,
-        )
-    ppo = sorted(PPO_FLAGS & set(launch.flags))
-    if ppo or "ppo" in Path(launch.script).stem.lower():
-        shown = f" ({', '.join(ppo)})" if ppo else ""
-        raise RecipeError(
-            f"{launch.summary()} runs TRL's PPOTrainer{shown}: migrate reads GRPO launch commands; write a PPO "
-            "run as a recipe (recipes/arithmetic/ppo.yaml is one to start from)",
-            where=path,
-        )
+    return flat, rows, launch
 
 
 def trl_field_types() -> dict[str, Any]:

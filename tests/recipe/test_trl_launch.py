@@ -103,11 +103,9 @@ def test_a_file_of_several_commands_migrates_the_one_named(tmp_path: Path) -> No
     ("command", "expected"),
     [
         (
-            "accelerate launch examples/scripts/ppo/ppo.py --sft_model_path m --reward_model_path r "
-            "--total_episodes 1000\n",
-            "runs TRL's PPOTrainer (reward_model_path, sft_model_path, total_episodes)",
+            "python ppo.py --model_name gpt2 --ppo_epochs 4 --init_kl_coef 0.2\n",
+            "step()-API PPOConfig of trl 0.11 and before (init_kl_coef, model_name, ppo_epochs)",
         ),
-        ("python ppo.py --model_name gpt2 --ppo_epochs 4 --init_kl_coef 0.2\n", "step()-API PPOConfig"),
         ("pip install trl\n", "no command in this file runs a Python script"),
     ],
 )
