@@ -32,7 +32,7 @@ from llm_rl.recipe.flat_trl import (
 PPO_SECTION_KEYS = (
     "num_ppo_epochs", "kl_coef", "kl_estimator", "cliprange", "cliprange_value", "vf_coef", "gamma", "lam",
     "whiten_rewards", "missing_eos_penalty", "stop_token_id", "local_rollout_forward_batch_size",
-    "dataset_num_proc",
+    "dataset_num_proc", "ds3_gather_for_generation",
 )  # fmt: skip
 
 # TRL 1.12's defaults (trl/experimental/ppo/ppo_config.py and its TrainingArguments overrides) that a
@@ -93,7 +93,12 @@ PPO_NOT_USED = {
     ),
     "eval_steps": "TRL's PPOTrainer never evaluated (see eval_strategy)",
     "dataset_test_split": "TRL's PPOTrainer never evaluated (see eval_strategy); data.eval_split names one",
-    "ds3_gather_for_generation": "llm_rl gathers ZeRO-3 shards for generation (generation.gather_zero3)",
+    "model_adapter_name": "PEFT adapters by name in one model: llm_rl's LoRA policy is its own reference "
+    "with the adapters off",
+    "ref_adapter_name": "PEFT adapters by name in one model: llm_rl's LoRA policy is its own reference "
+    "with the adapters off",
+    "dataset_streaming": "llm_rl reads the whole dataset before training (no streaming)",
+    "sanity_check": "trl 0.9's 1,000 rows a split: data.limit keeps that many rows",
     "exp_name": "TRL named its runs exp_name__seed__time (until 0.27): run.name names llm_rl's run",
     "sft_model_path": "",  # import_models
     "reward_model_path": "",
