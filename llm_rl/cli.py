@@ -122,7 +122,7 @@ def command_migrate(args: argparse.Namespace) -> int:
     """Convert a GRPO recipe (ours or a flat TRL-style YAML) to PPO, or back, and print what became of each key."""
     from llm_rl.recipe.migration import migrate, write_recipe
 
-    migration = migrate(args.recipe, args.to, args.warm_start, args.processes)
+    migration = migrate(args.recipe, args.to, args.warm_start, args.processes, args.command)
     write_recipe(migration, args.recipe, args.output, args.to)
     print(migration.table())
     if migration.warnings:
@@ -268,7 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     migrate_parser = commands.add_parser(
         "migrate", help="convert a recipe to another algorithm (GRPO to PPO, ...)"
     )
-    migrate_parser.add_argument("recipe", type=Path, help="our recipe or a flat TRL-style GRPO YAML")
+    migrate_parser.add_argument(
+        "recipe",
+        type=Path,
+        help="our recipe, a flat TRL-style GRPO YAML or JSON, or a shell file with a TRL GRPO launch command",
+    )
     migrate_parser.add_argument(
         "--to",
         metavar="ALGORITHM",
@@ -287,6 +291,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="check the result as a run of N processes (GPUs) would batch it; default: 1",
+    )
+    migrate_parser.add_argument(
+        "--command",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the N-th launch command (from 1) of a shell file that holds several",
     )
     migrate_parser.add_argument("--debug", action="store_true", help="show tracebacks")
     migrate_parser.set_defaults(run=command_migrate)

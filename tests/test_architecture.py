@@ -211,9 +211,9 @@ def import_circles(modules: dict[str, Module]) -> list[str]:
 
 
 # Where an algorithm's name may be written outside algorithms/, because the name is the thing itself:
-# the schema's default algorithm, `migrate --to`'s default target, and the flat TRL import (TRL's GRPO
-# script format is GRPO's).
-NAMES_ALGORITHMS_ON_PURPOSE = {"schema", "cli", "recipe.flat_trl"}
+# the schema's default algorithm, `migrate --to`'s default target, and the TRL imports (TRL's GRPO
+# script format is GRPO's, its PPO scripts' PPO's).
+NAMES_ALGORITHMS_ON_PURPOSE = {"schema", "cli", "recipe.flat_trl", "recipe.trl_ppo"}
 
 
 def algorithm_branches(modules: dict[str, Module], algorithms: set[str]) -> list[str]:

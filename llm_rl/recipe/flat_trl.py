@@ -234,11 +234,7 @@ def import_flat(flat: dict[str, Any]) -> Migration:
         elif key in FLAT_NOT_USED:
             out.warn(key, value, f"not used: {FLAT_NOT_USED[key]}")
         elif key in FLAT_SWITCHES:
-            off, instead = FLAT_SWITCHES[key]
-            if value == off or value is None:
-                out.keep(key, value, "-", f"off, as in llm_rl: {instead}")
-            else:
-                out.warn(key, value, f"not carried: {instead}")
+            import_switch(key, value, out)
         elif key in OPEN_R1_REWARD_SETTINGS:
             out.warn(key, value, OPEN_R1_REWARD_NOTE)
         elif key in grpo_fields:
@@ -531,6 +527,16 @@ def import_vllm_setting(key: str, value: Any, out: Migration) -> None:
     else:
         put(out.recipe, target, VLLM_DTYPES[value] if key == "vllm_dtype" else value)
         out.warn(key, value, why, target)
+
+
+def import_switch(key: str, value: Any, out: Migration) -> None:
+    """A switch llm_rl does not have: a plain row when it is off, a warning naming what llm_rl does
+    instead when it is on."""
+    off, instead = FLAT_SWITCHES[key]
+    if value == off or value is None:
+        out.keep(key, value, "-", f"off, as in llm_rl: {instead}")
+    else:
+        out.warn(key, value, f"not carried: {instead}")
 
 
 def import_precision(flat: dict[str, Any], out: Migration) -> None:

@@ -23,6 +23,8 @@ from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
 from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
+from llm_rl.recipe.trl_launch import import_launch, is_launch_file
+from llm_rl.recipe.trl_ppo import check_not_legacy, import_trl_ppo, is_trl_ppo
 from llm_rl.schema import Recipe
 from llm_rl.training.args import assumed_world_size, world_size
 
@@ -158,16 +160,21 @@ def account_for_kept_keys(source: dict[str, Any], out: Migration) -> None:
 
 
 def migrate(
-    path: Path, target: str, warm_start: str | None = None, processes: int | None = None
+    path: Path,
+    target: str,
+    warm_start: str | None = None,
+    processes: int | None = None,
+    command: int | None = None,
 ) -> Migration:
     """Convert the recipe at `path` to `target` (an algorithm's name), checked as `target` would run it
-    on `processes` processes (default: this launch's, 1 for a plain command)."""
+    on `processes` processes (default: this launch's, 1 for a plain command); `command` picks one launch
+    command out of a shell file that holds several."""
     if target not in ALGORITHMS:
         raise RecipeError(f"--to: input should be {known_names()}, got {target!r}")
     if processes is not None and processes < 1:
         raise RecipeError(f"--processes: a run has at least 1 process, got {processes}")
     with assumed_world_size(processes or world_size()):
-        migration = convert_file(path, target, warm_start)
+        migration = convert_file(path, target, warm_start, command)
         try:
             validate_recipe(copy.deepcopy(migration.recipe), where=f"{path} migrated to {target}")
         except RecipeError as err:
@@ -180,15 +187,30 @@ def migrate(
     return migration
 
 
-def convert_file(path: Path, target: str, warm_start: str | None) -> Migration:
-    """The recipe at `path` converted to `target`, each source key accounted for, not yet checked as a run."""
-    raw, flat = read_source(path)
+def convert_file(path: Path, target: str, warm_start: str | None, command: int | None = None) -> Migration:
+    """The recipe at `path` converted to `target`, each source key accounted for, not yet checked as a run.
+
+    `path` is one of our recipes, a flat TRL-style YAML or JSON, or a shell file with a TRL launch command
+    (the `command`-th when it holds several)."""
+    launch_rows: list[KeyFate] = []
+    script = None
+    if is_launch_file(path):
+        raw, launch_rows, launch = import_launch(path, command)
+        flat, script = True, launch.script
+    else:
+        if command is not None:
+            raise RecipeError(
+                "--command picks a launch command out of a shell file; this is a recipe", where=path
+            )
+        raw, flat = read_source(path)
     imported = None
     if flat:
         try:
-            imported = import_flat(raw)
+            check_not_legacy(raw, str(path))
+            imported = import_trl_ppo(raw, script) if is_trl_ppo(raw, script) else import_flat(raw)
         except RecipeError as err:
             raise RecipeError(str(err), where=str(path)) from None
+        imported.rows = [*launch_rows, *imported.rows]
     source = imported.recipe if imported else raw
     try:
         validate_recipe(

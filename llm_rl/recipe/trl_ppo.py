@@ -1,0 +1,376 @@
+"""TRL's PPO runs (trl 0.9-1.12: `examples/scripts/ppo/ppo.py`, `ppo_tldr.py` and scripts built on the
+same `HfArgumentParser((ScriptArguments, PPOConfig, ModelConfig))`) imported as a PPO recipe that does
+what TRL's scripts did, each key accounted for.
+
+TRL deleted its PPOTrainer in 1.13. What its scripts did matters as much as the keys, so the recipe says
+it: the policy and the reference load from `sft_model_path`, the tokenizer from `model_name_or_path`;
+the reward is the reward model at `reward_model_path`, and the critic starts from that reward model;
+no stop token unless `stop_token: eos` (completions run to `response_length`); one optimizer for policy
+and critic (the critic's learning rate is the policy's); no gradient clipping; a log row every update.
+TRL 1.12's defaults are written where llm_rl's differ. Sources: TRL's own code at those releases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llm_rl.errors import RecipeError
+from llm_rl.recipe.accounting import Migration, put
+from llm_rl.recipe.flat_trl import (
+    FLAT_NOT_USED,
+    FLAT_SWITCHES,
+    import_dtype,
+    import_precision,
+    import_reporting,
+    import_resume,
+    import_saving,
+    import_switch,
+)
+
+# PPOConfig's own maths and rollout settings, which llm_rl's ppo: section keeps under TRL's names.
+PPO_SECTION_KEYS = (
+    "num_ppo_epochs", "kl_coef", "kl_estimator", "cliprange", "cliprange_value", "vf_coef", "gamma", "lam",
+    "whiten_rewards", "missing_eos_penalty", "stop_token_id", "local_rollout_forward_batch_size",
+    "dataset_num_proc", "ds3_gather_for_generation",
+)  # fmt: skip
+
+# TRL 1.12's defaults (trl/experimental/ppo/ppo_config.py and its TrainingArguments overrides) that a
+# run relied on where it did not set them, and where each goes.
+TRL_PPO_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "learning_rate": (3e-6, "training.learning_rate"),
+    "per_device_train_batch_size": (8, "training.per_device_batch_size"),
+    "gradient_accumulation_steps": (1, "training.gradient_accumulation_steps"),
+    "lr_scheduler_type": ("linear", "training.lr_scheduler"),
+    "seed": (42, "run.seed"),
+    "response_length": (53, "generation.max_new_tokens"),
+    "temperature": (0.7, "generation.temperature"),
+    "stop_token": (None, "ppo.stop_token"),
+    "num_ppo_epochs": (4, "ppo.num_ppo_epochs"),
+    "kl_coef": (0.05, "ppo.kl_coef"),
+    "local_rollout_forward_batch_size": (64, "ppo.local_rollout_forward_batch_size"),
+}
+# TRL 1.12's PPOConfig default for both model paths.
+TRL_DEFAULT_MODEL = "EleutherAI/pythia-160m"
+
+# Keys of TrainingArguments and the scripts whose meaning is one key of ours.
+SHARED_KEYS = {
+    "learning_rate": "training.learning_rate",
+    "per_device_train_batch_size": "training.per_device_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "lr_scheduler_type": "training.lr_scheduler",
+    "warmup_ratio": "training.warmup_ratio",
+    "weight_decay": "training.weight_decay",
+    "seed": "run.seed",
+    "output_dir": "run.output_dir",
+    "run_name": "run.name",
+    "total_episodes": "training.total_samples",
+    "response_length": "generation.max_new_tokens",
+    "temperature": "generation.temperature",
+    "save_total_limit": "checkpointing.keep_last",
+    "attn_implementation": "model.attn_implementation",
+    "use_peft": "model.lora.enabled",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
+    "dataset_name": "data.source",
+    "dataset_config": "data.config",
+    "dataset_train_split": "data.split",
+}
+
+# What TRL's PPO did with a key that llm_rl either does differently or does not need, and why.
+PPO_NOT_USED = {
+    "max_steps": "TRL's PPOTrainer ignored max_steps: its budget was total_episodes (training.total_samples)",
+    "max_grad_norm": "TRL's PPOTrainer never clipped gradients: training.max_grad_norm is null, as it ran",
+    "logging_steps": "TRL's PPOTrainer logged every update whatever logging_steps said; so does llm_rl",
+    "num_sample_generations": (
+        "TRL printed a table of sample completions during training; see them with `llm-rl sample RUN_DIR`"
+    ),
+    "eval_strategy": (
+        "TRL's PPOTrainer never evaluated: the eval split only fed its sample tables. llm_rl measures "
+        "held-out reward when evaluation.every is set"
+    ),
+    "eval_steps": "TRL's PPOTrainer never evaluated (see eval_strategy)",
+    "dataset_test_split": "TRL's PPOTrainer never evaluated (see eval_strategy); data.eval_split names one",
+    "model_adapter_name": "PEFT adapters by name in one model: llm_rl's LoRA policy is its own reference "
+    "with the adapters off",
+    "ref_adapter_name": "PEFT adapters by name in one model: llm_rl's LoRA policy is its own reference "
+    "with the adapters off",
+    "dataset_streaming": "llm_rl reads the whole dataset before training (no streaming)",
+    "sanity_check": "trl 0.9's 1,000 rows a split: data.limit keeps that many rows",
+    "exp_name": "TRL named its runs exp_name__seed__time (until 0.27): run.name names llm_rl's run",
+    "sft_model_path": "",  # import_models
+    "reward_model_path": "",
+    "model_name_or_path": "",
+    **FLAT_NOT_USED,
+}
+
+# Script flags of public PPO projects that name data or prompt formatting: where their meaning goes.
+DATA_LIKE_FLAGS = ("data", "file", "template", "prompt", "column")
+
+
+def import_trl_ppo(flat: dict[str, Any], script: str | None = None) -> Migration:
+    """TRL PPO settings (a launch command's flags, typed, or a YAML/JSON of the same fields) as our PPO
+    recipe; `script` is the launched script's path when there is one."""
+    out = Migration({"algorithm": "ppo"})
+    flat = legacy_renames(flat, out)
+    import_models(flat, out)
+    import_data(flat, script, out)
+    import_precision(flat, out)
+    import_reporting(flat, out)
+    import_saving(flat, out)
+    import_resume(flat, out)
+    import_behaviour(flat, out)
+    handled = {
+        "sft_model_path", "reward_model_path", "model_name_or_path", "bf16", "fp16", "report_to",
+        "save_strategy", "save_steps", "resume_from_checkpoint", "num_mini_batches", "stop_token",
+        "non_eos_penalty", "penalty_reward_value",
+        "gradient_checkpointing", "max_grad_norm", "logging_steps",
+    }  # fmt: skip
+    for key, value in flat.items():
+        if key in handled:
+            continue
+        if key in SHARED_KEYS:
+            put(out.recipe, SHARED_KEYS[key], value)
+            out.keep(key, value, SHARED_KEYS[key])
+        elif key in PPO_SECTION_KEYS:
+            put(out.recipe, f"ppo.{key}", value)
+            out.keep(key, value, f"ppo.{key}")
+        elif key in ("torch_dtype", "dtype"):
+            import_dtype(key, value, out)
+        elif key in FLAT_SWITCHES:
+            import_switch(key, value, out)
+        elif key in PPO_NOT_USED:
+            out.warn(key, value, f"not used: {PPO_NOT_USED[key]}")
+        else:
+            out.warn(key, value, unknown_flag_note(key))
+    import_trl_defaults(flat, out)
+    return out
+
+
+def legacy_renames(flat: dict[str, Any], out: Migration) -> dict[str, Any]:
+    """`non_eos_penalty` (trl 0.9-0.10) as `missing_eos_penalty`, with what changed."""
+    if "non_eos_penalty" not in flat:
+        return flat
+    flat = dict(flat)
+    value = flat["non_eos_penalty"]
+    replaced = flat.get("penalty_reward_value", -1)
+    if value and "missing_eos_penalty" not in flat:
+        flat["missing_eos_penalty"] = 1.0
+        out.warn(
+            "non_eos_penalty",
+            value,
+            f"trl 0.9-0.10 replaced the score of a completion without EOS by penalty_reward_value ({replaced}); "
+            "trl 0.11 and llm_rl subtract missing_eos_penalty from it: 1.0, as TRL's examples then set",
+            "ppo.missing_eos_penalty",
+        )
+    else:
+        out.keep("non_eos_penalty", value, "-", "off")
+    if "penalty_reward_value" in flat:
+        out.keep("penalty_reward_value", replaced, "-", "see non_eos_penalty")
+    return flat
+
+
+def import_models(flat: dict[str, Any], out: Migration) -> None:
+    """The policy and its reference from `sft_model_path`, the tokenizer from `model_name_or_path`, the
+    reward and the critic from `reward_model_path`: what TRL's scripts loaded."""
+    policy = flat.get("sft_model_path", TRL_DEFAULT_MODEL)
+    reward = flat.get("reward_model_path", TRL_DEFAULT_MODEL)
+    put(out.recipe, "model.policy", policy)
+    put(out.recipe, "rewards", [{"name": "reward_model", "path": reward}])
+    put(out.recipe, "ppo.value_model", "reward_model")
+    for key, value, target, note in (
+        ("sft_model_path", policy, "model.policy", "the policy and PPO's reference model"),
+        (
+            "reward_model_path",
+            reward,
+            "rewards[0] (reward_model)",
+            "the reward: its score of prompt + completion",
+        ),
+        (
+            "(value model)",
+            reward,
+            "ppo.value_model",
+            "reward_model: TRL's critic started from the reward model",
+        ),
+    ):
+        default = key in ("sft_model_path", "reward_model_path") and key not in flat
+        out.keep(f"{key} (TRL default)" if default else key, value, target, note)
+    tokenizer = flat.get("model_name_or_path")
+    if tokenizer is not None and tokenizer != policy:
+        put(out.recipe, "model.tokenizer", tokenizer)
+        out.keep(
+            "model_name_or_path", tokenizer, "model.tokenizer", "TRL's scripts read the tokenizer from it"
+        )
+    elif tokenizer is not None:
+        out.keep("model_name_or_path", tokenizer, "model.tokenizer", "the policy's own")
+
+
+def import_data(flat: dict[str, Any], script: str | None, out: Migration) -> None:
+    """The prompts: the dataset, its `prompt` column tokenized as plain text (no chat template), and
+    ppo_tldr.py's 512-token limit."""
+    if not flat.get("dataset_name"):
+        out.warn(
+            "(no dataset)",
+            None,
+            "the source names no dataset (trl 0.9-0.11's scripts hard-coded theirs): set data.source",
+            "data.source",
+        )
+    put(out.recipe, "data.prompt_column", "prompt")
+    put(out.recipe, "data.chat_template", False)
+    out.keep("(prompts)", "prompt", "data.prompt_column", "TRL's scripts tokenize the prompt column as text")
+    out.keep(
+        "(chat template)", False, "data.chat_template", "TRL's scripts (0.26 on) applied no chat template"
+    )
+    if script is not None and Path(script).stem == "ppo_tldr":
+        put(out.recipe, "data.max_prompt_length", 512)
+        out.keep(
+            "(ppo_tldr.py)", 512, "data.max_prompt_length", "ppo_tldr.py dropped prompts over 512 tokens"
+        )
+
+
+def import_behaviour(flat: dict[str, Any], out: Migration) -> None:
+    """What TRL's PPOTrainer did whatever the keys said: one optimizer step per PPO epoch, one learning
+    rate for policy and critic, no clipping, a row every update, no gradient checkpointing."""
+    asked = flat.get("num_mini_batches", 1)
+    put(out.recipe, "ppo.num_mini_batches", 1)
+    if asked != 1:
+        out.warn(
+            "num_mini_batches",
+            asked,
+            "TRL's loop (0.17-1.12) stepped the optimizer once per PPO epoch whatever num_mini_batches said; "
+            "llm_rl steps once per mini-batch, so 1 reproduces the run. Raise it to get what the key meant",
+            "ppo.num_mini_batches",
+        )
+    elif "num_mini_batches" in flat:
+        out.keep("num_mini_batches", asked, "ppo.num_mini_batches")
+    stop = flat.get("stop_token")
+    put(out.recipe, "ppo.stop_token", stop)
+    if "stop_token" in flat:
+        out.keep("stop_token", stop, "ppo.stop_token")
+    learning_rate = flat.get("learning_rate", TRL_PPO_DEFAULTS["learning_rate"][0])
+    put(out.recipe, "ppo.critic_learning_rate", learning_rate)
+    out.keep(
+        "(critic learning rate)", learning_rate, "ppo.critic_learning_rate", "TRL: one optimizer, one rate"
+    )
+    put(out.recipe, "training.max_grad_norm", None)
+    out.keep(
+        "max_grad_norm" if "max_grad_norm" in flat else "(gradient clipping)",
+        flat.get("max_grad_norm"),
+        "training.max_grad_norm",
+        "null: TRL's PPOTrainer never clipped gradients",
+    )
+    put(out.recipe, "training.logging_steps", 1)
+    if "logging_steps" in flat:
+        out.keep(
+            "logging_steps", flat["logging_steps"], "training.logging_steps", "1: TRL logged every update"
+        )
+    put(out.recipe, "model.gradient_checkpointing", False)
+    if "gradient_checkpointing" in flat:
+        out.keep(
+            "gradient_checkpointing",
+            flat["gradient_checkpointing"],
+            "model.gradient_checkpointing",
+            "false: TRL's PPO never turned it on, whatever the key said",
+        )
+
+
+def import_trl_defaults(flat: dict[str, Any], out: Migration) -> None:
+    """TRL 1.12's default for each setting the run left out, written into the recipe with a row."""
+    for key, (default, target) in TRL_PPO_DEFAULTS.items():
+        if key not in flat and key != "stop_token":
+            put(out.recipe, target, default)
+            out.keep(f"{key} (TRL default)", default, target)
+    if "stop_token" not in flat:
+        out.keep(
+            "stop_token (TRL default)", None, "ppo.stop_token", "no stop: completions run to response_length"
+        )
+    if not {"bf16", "fp16"} & set(flat):
+        out.keep(
+            "bf16 (TRL default)",
+            True,
+            "training.precision",
+            "auto: bf16 where the GPU has it, as TRL's PPOConfig (0.19 on) and its accelerate configs ran",
+        )
+    if not {"dtype", "torch_dtype"} & set(flat):
+        put(out.recipe, "model.dtype", "float32")
+        out.keep(
+            "dtype (TRL default)", "float32", "model.dtype", "TRL's ModelConfig loaded float32 (0.27 on)"
+        )
+    if "total_episodes" not in flat:
+        out.warn(
+            "total_episodes (TRL default)",
+            None,
+            "TRL trained num_train_epochs x the train set's rows; set training.total_samples "
+            "(llm_rl stops at 10,000 samples without it)",
+            "training.total_samples",
+        )
+
+
+def unknown_flag_note(key: str) -> str:
+    """Why a flag that is not TRL's is not carried, and where a data or template flag's meaning goes."""
+    note = "not a flag of TRL's PPO scripts (your script's own?): llm_rl cannot know what it did; not carried"
+    if any(part in key for part in DATA_LIKE_FLAGS):
+        note += (
+            ". It names data or prompt formatting: the recipe's data: section holds that (data.source, "
+            "data.prompt_column, data.chat_template, data.system_prompt)"
+        )
+    return note
+
+
+# Keys only TRL's PPO runs have (PPOConfig's own, the scripts' model paths, trl 0.9-0.10's names).
+PPO_ONLY_KEYS = {
+    "sft_model_path", "reward_model_path", "total_episodes", "num_ppo_epochs", "response_length",
+    "missing_eos_penalty", "non_eos_penalty", "local_rollout_forward_batch_size", "vf_coef",
+    "cliprange_value", "whiten_rewards", "kl_estimator", "stop_token", "num_sample_generations",
+}  # fmt: skip
+LEGACY_KEYS = {"model_name", "steps", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "query_dataset"}
+
+# TRL 1.12's PPOConfig fields and trl 0.9-0.10's PPOv2Config additions, by type (the PPO trainer is gone
+# from the TRL this project installs, so its fields are written here).
+PPO_FIELD_TYPES: dict[str, Any] = {
+    **dict.fromkeys(
+        ("learning_rate", "temperature", "missing_eos_penalty", "kl_coef", "cliprange", "vf_coef",
+         "cliprange_value", "gamma", "lam"),
+        float,
+    ),
+    **dict.fromkeys(
+        ("dataset_num_proc", "num_mini_batches", "total_episodes", "local_rollout_forward_batch_size",
+         "num_sample_generations", "response_length", "stop_token_id", "num_ppo_epochs",
+         "penalty_reward_value"),
+        int,
+    ),
+    **dict.fromkeys(("whiten_rewards", "ds3_gather_for_generation", "non_eos_penalty", "push_to_hub"), bool),
+    **dict.fromkeys(
+        ("stop_token", "sft_model_path", "reward_model_path", "model_adapter_name", "ref_adapter_name",
+         "kl_estimator", "exp_name"),
+        str,
+    ),
+}  # fmt: skip
+
+
+def is_trl_ppo(flat: dict[str, Any], script: str | None = None) -> bool:
+    """Whether settings are a TRL PPO run's: PPO-only keys, or a script named for PPO."""
+    return bool(PPO_ONLY_KEYS & set(flat)) or (script is not None and "ppo" in Path(script).stem.lower())
+
+
+def trl_ppo_field_types() -> dict[str, Any]:
+    """The types of a TRL PPO script's arguments: TrainingArguments, ModelConfig, ScriptArguments, PPOConfig."""
+    from transformers import TrainingArguments
+    from trl import ModelConfig, ScriptArguments
+
+    from llm_rl.recipe.launch_command import field_types
+
+    return {**field_types(TrainingArguments, ScriptArguments, ModelConfig), **PPO_FIELD_TYPES}
+
+
+def check_not_legacy(flat: dict[str, Any], where: str) -> None:
+    """The step()-API PPOConfig of trl 0.11 and before is refused, naming its keys."""
+    legacy = sorted(LEGACY_KEYS & set(flat))
+    if legacy:
+        raise RecipeError(
+            f"the step()-API PPOConfig of trl 0.11 and before ({', '.join(legacy)}): its adaptive KL "
+            "controller has no counterpart; write its settings as a ppo: section of a recipe",
+            where=where,
+        )
