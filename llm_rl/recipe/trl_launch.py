@@ -11,7 +11,7 @@ import yaml
 
 from llm_rl.recipe.accounting import KeyFate
 from llm_rl.recipe.launch_command import LaunchCommand, field_types, read_launch_file, typed_flags
-from llm_rl.recipe.trl_ppo import check_not_legacy, is_trl_ppo, trl_ppo_field_types
+from llm_rl.recipe.trl_ppo import is_trl_ppo, trl_ppo_field_types
 
 SHELL_SUFFIXES = {".sh", ".bash", ".zsh", ".cmd", ".txt"}
 
@@ -47,7 +47,6 @@ def import_launch(path: Path, command: int | None) -> tuple[dict[str, Any], list
     """The flags of the launch command in `path` as a flat TRL-style mapping (typed as TRL's GRPO or
     PPO script reads them), the rows for what surrounds them, and the command."""
     launch = read_launch_file(path, command)
-    check_not_legacy(launch.flags, f"{path}: {launch.summary()}")
     ppo = is_trl_ppo(launch.flags, launch.script)
     flat = typed_flags(launch.flags, trl_ppo_field_types() if ppo else trl_field_types())
     kind = "TRL's PPO script's" if ppo else "TRL's GRPO script's"

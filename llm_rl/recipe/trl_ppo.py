@@ -36,19 +36,18 @@ PPO_SECTION_KEYS = (
 )  # fmt: skip
 
 # TRL 1.12's defaults (trl/experimental/ppo/ppo_config.py and its TrainingArguments overrides) that a
-# run relied on where it did not set them, and where each goes.
-TRL_PPO_DEFAULTS: dict[str, tuple[Any, str]] = {
-    "learning_rate": (3e-6, "training.learning_rate"),
-    "per_device_train_batch_size": (8, "training.per_device_batch_size"),
-    "gradient_accumulation_steps": (1, "training.gradient_accumulation_steps"),
-    "lr_scheduler_type": ("linear", "training.lr_scheduler"),
-    "seed": (42, "run.seed"),
-    "response_length": (53, "generation.max_new_tokens"),
-    "temperature": (0.7, "generation.temperature"),
-    "stop_token": (None, "ppo.stop_token"),
-    "num_ppo_epochs": (4, "ppo.num_ppo_epochs"),
-    "kl_coef": (0.05, "ppo.kl_coef"),
-    "local_rollout_forward_batch_size": (64, "ppo.local_rollout_forward_batch_size"),
+# run relied on where it did not set them; each goes where the key itself would (`default_target`).
+TRL_PPO_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 3e-6,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 1,
+    "lr_scheduler_type": "linear",
+    "seed": 42,
+    "response_length": 53,
+    "temperature": 0.7,
+    "num_ppo_epochs": 4,
+    "kl_coef": 0.05,
+    "local_rollout_forward_batch_size": 64,
 }
 # TRL 1.12's PPOConfig default for both model paths.
 TRL_DEFAULT_MODEL = "EleutherAI/pythia-160m"
@@ -82,8 +81,6 @@ SHARED_KEYS = {
 # What TRL's PPO did with a key that llm_rl either does differently or does not need, and why.
 PPO_NOT_USED = {
     "max_steps": "TRL's PPOTrainer ignored max_steps: its budget was total_episodes (training.total_samples)",
-    "max_grad_norm": "TRL's PPOTrainer never clipped gradients: training.max_grad_norm is null, as it ran",
-    "logging_steps": "TRL's PPOTrainer logged every update whatever logging_steps said; so does llm_rl",
     "num_sample_generations": (
         "TRL printed a table of sample completions during training; see them with `llm-rl sample RUN_DIR`"
     ),
@@ -100,9 +97,6 @@ PPO_NOT_USED = {
     "dataset_streaming": "llm_rl reads the whole dataset before training (no streaming)",
     "sanity_check": "trl 0.9's 1,000 rows a split: data.limit keeps that many rows",
     "exp_name": "TRL named its runs exp_name__seed__time (until 0.27): run.name names llm_rl's run",
-    "sft_model_path": "",  # import_models
-    "reward_model_path": "",
-    "model_name_or_path": "",
     **FLAT_NOT_USED,
 }
 
@@ -249,7 +243,7 @@ def import_behaviour(flat: dict[str, Any], out: Migration) -> None:
     put(out.recipe, "ppo.stop_token", stop)
     if "stop_token" in flat:
         out.keep("stop_token", stop, "ppo.stop_token")
-    learning_rate = flat.get("learning_rate", TRL_PPO_DEFAULTS["learning_rate"][0])
+    learning_rate = flat.get("learning_rate", TRL_PPO_DEFAULTS["learning_rate"])
     put(out.recipe, "ppo.critic_learning_rate", learning_rate)
     out.keep(
         "(critic learning rate)", learning_rate, "ppo.critic_learning_rate", "TRL: one optimizer, one rate"
@@ -278,8 +272,9 @@ def import_behaviour(flat: dict[str, Any], out: Migration) -> None:
 
 def import_trl_defaults(flat: dict[str, Any], out: Migration) -> None:
     """TRL 1.12's default for each setting the run left out, written into the recipe with a row."""
-    for key, (default, target) in TRL_PPO_DEFAULTS.items():
-        if key not in flat and key != "stop_token":
+    for key, default in TRL_PPO_DEFAULTS.items():
+        if key not in flat:
+            target = SHARED_KEYS.get(key, f"ppo.{key}")
             put(out.recipe, target, default)
             out.keep(f"{key} (TRL default)", default, target)
     if "stop_token" not in flat:
