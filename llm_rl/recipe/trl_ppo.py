@@ -172,7 +172,7 @@ def import_models(flat: dict[str, Any], out: Migration) -> None:
     policy = flat.get("sft_model_path", TRL_DEFAULT_MODEL)
     reward = flat.get("reward_model_path", TRL_DEFAULT_MODEL)
     put(out.recipe, "model.policy", policy)
-    put(out.recipe, "rewards", [{"name": "reward_model", "path": reward}])
+    put(out.recipe, "rewards", [{"name": "reward_model", "path": reward, "read": "tokens"}])
     put(out.recipe, "ppo.value_model", "reward_model")
     for key, value, target, note in (
         ("sft_model_path", policy, "model.policy", "the policy and PPO's reference model"),
@@ -180,7 +180,7 @@ def import_models(flat: dict[str, Any], out: Migration) -> None:
             "reward_model_path",
             reward,
             "rewards[0] (reward_model)",
-            "the reward: its score of prompt + completion",
+            "the reward: its score of the prompt's and completion's token ids as generated (read: tokens)",
         ),
         (
             "(value model)",

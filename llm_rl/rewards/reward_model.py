@@ -6,6 +6,12 @@ read at the last token); conversational ones as prompt messages + the reply, thr
 tokenizer's chat template when it has one. Texts go through the model in batches, right-padded, under
 `torch.inference_mode`, and the score is `logits[:, 0]`, optionally normalized then clipped.
 
+`read: tokens` scores the policy's own token ids instead of re-tokenized text: the prompt's ids (as the
+policy saw them) followed by the completion's, up to and with its stop token, nothing appended. That is
+what TRL's PPOTrainer scored, so a TRL PPO run converted by `llm-rl migrate` reads tokens; it needs a
+reward model that shares the policy's tokenizer, as TRL's did. The batch is left-padded with explicit
+positions and the score read at the last position, so no token id is ever mistaken for padding.
+
 `normalize: {mean, std}` standardizes with fixed statistics (the reward model's own, measured once);
 `normalize: running` with the mean and standard deviation of every score this process has seen so
 far, this batch included (Welford's update): rewards near 0 with unit spread whatever the model's scale.
@@ -13,7 +19,10 @@ far, this batch included (Welford's update): rewards near 0 with unit spread wha
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,6 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, validate_call
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from llm_rl.data.prompts import prompt_token_ids
 from llm_rl.rewards.base import (
     RewardFunction,
     RewardParameterError,
@@ -118,8 +128,10 @@ class RewardModelScorer:
         max_length: int | None,
         normalize: Normalization | Literal["running"] | None,
         clip: list[float] | None,
+        read: Literal["text", "tokens"] = "text",
     ) -> None:
         self.model = model.eval()
+        self.read = read
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
@@ -159,6 +171,35 @@ class RewardModelScorer:
         """The model's logits[:, 0] for a batch of texts."""
         return self.model(**self.encode(texts, add_special_tokens)).logits[:, 0].float().tolist()
 
+    @torch.inference_mode()
+    def score_ids(self, sequences: list[list[int]]) -> list[float]:
+        """The model's logits[:, 0] at the last token of each id sequence (`read: tokens`)."""
+        vocabulary = self.model.get_input_embeddings().num_embeddings
+        unknown = max(max(ids) for ids in sequences)
+        if unknown >= vocabulary:
+            raise RewardParameterError(
+                "read",
+                f"token id {unknown} is outside the reward model's vocabulary ({vocabulary}): `read: tokens` "
+                "needs a reward model that shares the policy's tokenizer",
+            )
+        width = max(map(len, sequences))
+        ids = torch.zeros(len(sequences), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, sequence in enumerate(sequences):
+            ids[row, width - len(sequence) :] = torch.tensor(sequence)
+            mask[row, width - len(sequence) :] = 1
+        device = self.model.device
+        ids, mask = ids.to(device), mask.to(device)
+        # Embeddings rather than ids: the model then reads its score at the last position (left padding puts
+        # every sequence's last token there) instead of searching for the pad id, which a policy may generate.
+        with quiet_padding_warning():
+            logits = self.model(
+                inputs_embeds=self.model.get_input_embeddings()(ids),
+                attention_mask=mask,
+                position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+            ).logits
+        return logits[:, 0].float().tolist()
+
     def adjust(self, score: float) -> float:
         """Normalize, then clip, one raw score as the recipe asks."""
         if self.normalize is not None:
@@ -168,15 +209,46 @@ class RewardModelScorer:
         return score
 
     def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: Any = None, **kwargs: Any):
+        if self.read == "tokens":
+            return self.score_tokens(prompts, completion_ids)
         texts = [self.text(p, c) for p, c in zip(prompts, completions, strict=True)]
         # A chat template writes its own special tokens; plain text gets the tokenizer's (e.g. BOS).
         templated = bool(prompts) and is_conversational(prompts[0]) and bool(self.tokenizer.chat_template)
         scores: list[float] = []
         for start in range(0, len(texts), self.batch_size):
             scores.extend(self.score(texts[start : start + self.batch_size], not templated))
+        return self.finish(scores)
+
+    def score_tokens(self, prompts: list[Any], completion_ids: Any) -> list[float]:
+        """`read: tokens`: each prompt's token ids followed by its completion's, in batches."""
+        if completion_ids is None:
+            raise RewardParameterError("read", "`read: tokens` needs the completions' token ids")
+        sequences = [
+            prompt_token_ids(prompt, self.tokenizer) + [int(i) for i in ids]
+            for prompt, ids in zip(prompts, completion_ids, strict=True)
+        ]
+        scores: list[float] = []
+        for start in range(0, len(sequences), self.batch_size):
+            scores.extend(self.score_ids(sequences[start : start + self.batch_size]))
+        return self.finish(scores)
+
+    def finish(self, scores: list[float]) -> list[float]:
+        """Running statistics updated, then each score normalized and clipped."""
         if isinstance(self.normalize, RunningStats):
             self.normalize.update(scores)
         return [self.adjust(s) for s in scores]
+
+
+@contextmanager
+def quiet_padding_warning() -> Iterator[None]:
+    """Hide the warning that a model fed embeddings cannot find padding: `score_ids` reads the last position."""
+    logger = logging.getLogger("transformers.modeling_layers")
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
 
 
 @validate_call(config=STRICT)
@@ -189,14 +261,20 @@ def reward_model_reward(
     normalize: Normalization | Literal["running"] | None = None,
     clip: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None,
     trust_remote_code: bool = False,
+    read: Literal["text", "tokens"] = "text",
 ) -> RewardFunction:
     """Scores from the sequence-classification model in the local folder `path` (module docstring).
 
     `device` defaults to this process's GPU, else the CPU; `max_length` truncates long texts (tokens);
-    `clip: [lo, hi]` applies after `normalize`. `trust_remote_code` runs the folder's own code.
+    `clip: [lo, hi]` applies after `normalize`. `trust_remote_code` runs the folder's own code. `read:
+    tokens` scores the policy's token ids, as TRL's PPOTrainer did (module docstring).
     """
+    if read == "tokens" and max_length is not None:
+        raise RewardParameterError(
+            "max_length", "applies to `read: text` only (`read: tokens` never truncates)"
+        )
     if clip is not None and clip[0] > clip[1]:
         raise RewardParameterError("clip", f"expected [lo, hi] with lo <= hi, got {clip}")
     torch_device = parse_device(device)
     model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
-    return RewardModelScorer(model.to(torch_device), tokenizer, batch_size, max_length, normalize, clip)
+    return RewardModelScorer(model.to(torch_device), tokenizer, batch_size, max_length, normalize, clip, read)

@@ -49,7 +49,11 @@ def test_trls_tldr_command_becomes_a_recipe_that_does_what_trls_script_did(tmp_p
     assert recipe["model"]["policy"] == "cleanrl/EleutherAI_pythia-1b-deduped__sft__tldr"
     assert recipe["model"]["tokenizer"] == "EleutherAI/pythia-1b-deduped"
     assert recipe["rewards"] == [
-        {"name": "reward_model", "path": "cleanrl/EleutherAI_pythia-1b-deduped__reward__tldr"}
+        {
+            "name": "reward_model",
+            "path": "cleanrl/EleutherAI_pythia-1b-deduped__reward__tldr",
+            "read": "tokens",
+        }
     ]
     assert recipe["ppo"]["value_model"] == "reward_model"
     # The prompt column as text, no chat template, ppo_tldr.py's 512-token limit.
@@ -190,7 +194,7 @@ def test_the_converted_tldr_run_trains_with_local_models_swapped_in(
     swaps = [
         f"model.policy={tiny_model_path()}",
         "model.tokenizer=null",
-        f"rewards=[{{name: reward_model, path: '{reward_model_of_the_policy}'}}]",
+        f"rewards=[{{name: reward_model, path: '{reward_model_of_the_policy}', read: tokens}}]",
         f"data.source={prompts}",
         "training.per_device_batch_size=4",
         "training.gradient_accumulation_steps=2",
@@ -221,6 +225,10 @@ def test_to_grpo_from_a_converted_trl_ppo_recipe(tmp_path: Path) -> None:
     converted = yaml.safe_load(grpo.read_text())
     assert converted["algorithm"] == "grpo"
     assert converted["rewards"] == [
-        {"name": "reward_model", "path": "cleanrl/EleutherAI_pythia-1b-deduped__reward__tldr"}
+        {
+            "name": "reward_model",
+            "path": "cleanrl/EleutherAI_pythia-1b-deduped__reward__tldr",
+            "read": "tokens",
+        }
     ]
     assert converted["data"]["source"] == "trl-lib/tldr"

@@ -107,3 +107,52 @@ def test_reward_model_path_missing_or_absent():
 def test_reward_model_folder_that_is_not_a_model(tmp_path):
     with pytest.raises(RewardError, match=r"\.path: cannot load a sequence-classification model from"):
         get_reward("reward_model", path=str(tmp_path))
+
+
+# A reward model that shares the tiny policy's tokenizer (the TRL parity fixture's), for `read: tokens`.
+SHARED_VOCABULARY = Path(__file__).resolve().parents[1] / "fixtures" / "trl_ppo_parity" / "reward_model"
+
+
+def score_of_ids(ids: list[int]) -> float:
+    """The model's logit at the last of `ids`, read unpadded and without searching for the pad id."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(SHARED_VOCABULARY).eval()
+    model.config.pad_token_id = None  # one sequence: the score is read at its last position
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits[0, 0].item()
+
+
+def test_read_tokens_scores_the_policys_ids_as_generated():
+    """As TRL's PPOTrainer scored: prompt ids + completion ids, nothing appended, even when the last
+    generated token is the pad id."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(SHARED_VOCABULARY)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    digit = tokenizer.convert_tokens_to_ids
+    prompts = ["3+4=", "12+9=", "5+5="]
+    completion_ids = [[digit("7"), eos], [digit("2"), digit("1")], [digit("1"), pad]]
+    completions = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    tokens = get_reward("reward_model", path=str(SHARED_VOCABULARY), read="tokens", batch_size=3)
+    scores = tokens(prompts=prompts, completions=completions, completion_ids=completion_ids)
+    expected = [
+        score_of_ids(tokenizer(prompt).input_ids + ids)
+        for prompt, ids in zip(prompts, completion_ids, strict=True)
+    ]
+    assert scores == pytest.approx(expected, abs=1e-5)
+    text = get_reward("reward_model", path=str(SHARED_VOCABULARY))(prompts=prompts, completions=completions)
+    assert text[0] == pytest.approx(scores[0], abs=1e-5), (
+        "a completion that stopped reads the same either way"
+    )
+    assert text[1] != pytest.approx(scores[1], abs=1e-3), "text mode appends EOS to a cut completion"
+
+
+def test_read_tokens_needs_the_policys_vocabulary_and_no_max_length():
+    tokens = get_reward("reward_model", path=str(SHARED_VOCABULARY), read="tokens")
+    with pytest.raises(
+        RewardError, match=r"read: token id 40 is outside the reward model's vocabulary \(17\)"
+    ):
+        tokens(prompts=["1+1="], completions=["?"], completion_ids=[[5, 40]])
+    with pytest.raises(RewardError, match=r"\.max_length: applies to `read: text` only"):
+        get_reward("reward_model", path=str(SHARED_VOCABULARY), read="tokens", max_length=8)
