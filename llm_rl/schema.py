@@ -111,6 +111,7 @@ class DataSourceEntry(Section):
 class DataSection(Section):
     # A local jsonl/json/parquet/csv file, a save_to_disk folder, a hub id, or "builtin:<task>".
     source: str = "builtin:arithmetic"
+    # A split name, or part of one in `datasets`' slicing syntax ("train[:-100]", "train[:10%]").
     split: str = "train"
     # A hub dataset's configuration (the `name` of `datasets.load_dataset`).
     config: str | None = None

@@ -24,6 +24,7 @@ import hashlib
 import json
 import runpy
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -222,6 +223,10 @@ def main() -> int:
         },
     }
     torch.save(fixture, OUT / "trl_run.pt")
+    # The history TRL wrote into its last checkpoint, as `llm-rl compare` reads a TRL output folder.
+    state = args.work / "checkpoint-2" / "trainer_state.json"
+    (OUT / "trl_output" / state.parent.name).mkdir(parents=True, exist_ok=True)
+    shutil.copy(state, OUT / "trl_output" / state.parent.name / state.name)
     for number, metrics in enumerate(fixture["metrics"], 1):
         print(
             f"update {number}: scores {metrics['objective/scores']:.4g} kl {metrics['objective/kl']:.3g} "

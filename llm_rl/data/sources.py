@@ -12,7 +12,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, concatenate_datasets, load_dataset, load_from_disk
+from datasets import (
+    Dataset,
+    DatasetDict,
+    ReadInstruction,
+    concatenate_datasets,
+    load_dataset,
+    load_from_disk,
+)
 
 from llm_rl.data.tasks import build_task
 from llm_rl.errors import DataError, first_line
@@ -190,11 +197,21 @@ def read_hub(name: str, config: str | None = None, key: str = "data.source") -> 
 
 
 def pick_split(splits: dict[str, Dataset], name: str, source: str, key: str) -> Dataset:
-    """One split by name; a missing one names those that exist."""
-    if name not in splits:
+    """One split by name, or part of one in `datasets`' slicing syntax (`train[:-100]`, `train[10%:]`,
+    several joined by `+`); a missing split names those that exist."""
+    if name in splits:
+        return splits[name]
+    if "[" not in name and "+" not in name:
         known = ", ".join(sorted(splits))
         raise DataError(f"{key}: no split {name!r}; the source has: {known}", where=source)
-    return splits[name]
+    try:
+        parts = ReadInstruction.from_spec(name).to_absolute({s: len(d) for s, d in splits.items()})
+    except (ValueError, AssertionError) as err:
+        raise DataError(
+            f"{key}: {name!r} is not a split or a slice of one ({first_line(err)})", where=source
+        ) from None
+    chosen = [splits[part.splitname].select(range(part.from_, part.to)) for part in parts]
+    return chosen[0] if len(chosen) == 1 else concatenate_datasets(chosen)
 
 
 def require_column(dataset: Dataset, name: str, key: str, where: str) -> None:

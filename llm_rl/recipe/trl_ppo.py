@@ -117,7 +117,7 @@ def import_trl_ppo(flat: dict[str, Any], script: str | None = None) -> Migration
     import_resume(flat, out)
     import_behaviour(flat, out)
     handled = {
-        "sft_model_path", "reward_model_path", "model_name_or_path", "bf16", "fp16", "report_to",
+        "sft_model_path", "reward_model_path", "model_name_or_path", "dataset_train_split", "bf16", "fp16", "report_to",
         "save_strategy", "save_steps", "resume_from_checkpoint", "num_mini_batches", "stop_token",
         "non_eos_penalty", "penalty_reward_value",
         "gradient_checkpointing", "max_grad_norm", "logging_steps",
@@ -202,8 +202,8 @@ def import_models(flat: dict[str, Any], out: Migration) -> None:
 
 
 def import_data(flat: dict[str, Any], script: str | None, out: Migration) -> None:
-    """The prompts: the dataset, its `prompt` column tokenized as plain text (no chat template), and
-    ppo_tldr.py's 512-token limit."""
+    """The prompts: the dataset, its `prompt` column tokenized as plain text (no chat template), ppo.py's
+    held-out last 100 rows and ppo_tldr.py's 512-token limit."""
     if not flat.get("dataset_name"):
         out.warn(
             "(no dataset)",
@@ -217,6 +217,18 @@ def import_data(flat: dict[str, Any], script: str | None, out: Migration) -> Non
     out.keep(
         "(chat template)", False, "data.chat_template", "TRL's scripts (0.26 on) applied no chat template"
     )
+    split = flat.get("dataset_train_split", "train")
+    if script is not None and Path(script).stem == "ppo":
+        put(out.recipe, "data.split", f"{split}[:-100]")
+        out.keep(
+            "dataset_train_split" if "dataset_train_split" in flat else "dataset_train_split (TRL default)",
+            split,
+            "data.split",
+            f"{split}[:-100]: ppo.py trained on all but the split's last 100 rows (its sample tables' prompts)",
+        )
+    elif "dataset_train_split" in flat:
+        put(out.recipe, "data.split", split)
+        out.keep("dataset_train_split", split, "data.split")
     if script is not None and Path(script).stem == "ppo_tldr":
         put(out.recipe, "data.max_prompt_length", 512)
         out.keep(

@@ -14,6 +14,11 @@ the same numbers `llm_rl.monitoring.metrics.first_and_last_mean` gives (and `scr
 "90% of the best reward" is 90% of the way from the start to the best: start + 0.9 * (best - start),
 which also makes sense for negative rewards.
 
+A TRL run's output folder compares too: its `trainer_state.json` (or its newest checkpoint's) holds the
+`log_history` TRL logged, one row per PPO update. Those rows are read under llm_rl's metric names (TRL's
+PPO names, as `llm_rl.algorithms.ppo.algorithm.METRIC_NAMES` maps them; `episode` is `samples`, `eps`
+is `samples_per_second`), so an old TRL run and its converted recipe plot on one axis.
+
 A value that cannot be computed (a key no row has, no `run_summary.json`, an empty `metrics.jsonl`,
 a single row) shows as "n/a (<reason>)"; a folder that is not a run folder is bad input (`DataError`).
 """
@@ -29,11 +34,16 @@ from typing import Any
 
 import yaml
 
+from llm_rl.algorithms.ppo.algorithm import METRIC_NAMES as PPO_METRIC_NAMES
 from llm_rl.errors import DataError
 from llm_rl.monitoring.metrics import first_and_last_mean
 from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, read_rows, write_atomic
 
 REPORT_FILE = "report.md"
+# What a TRL run's output folder (or each of its checkpoints) holds: the Trainer's state and log history.
+TRL_STATE_FILE = "trainer_state.json"
+# TRL's names for what llm_rl rows call `samples` and `samples_per_second`.
+TRL_ROW_NAMES = {**PPO_METRIC_NAMES, "episode": "samples", "eps": "samples_per_second"}
 # The fraction of rows the smoothing window, the start and the end (and the reward spread) cover.
 TAIL_FRACTION = 0.2
 # Of the way from the smoothed start to the smoothed best.
@@ -65,6 +75,8 @@ class Run:
     rows: list[dict[str, Any]]
     summary: dict[str, Any] | None
     algorithm: str | None
+    # The file the rows came from, for the reasons a value is n/a.
+    rows_file: str = METRICS_FILE
 
 
 # --------------------------------------------------------------------------------------------------
@@ -92,13 +104,19 @@ def recipe_algorithm(folder: Path) -> str | None:
 
 
 def load_run(folder: Path, name: str) -> Run:
-    """Read a run folder; one with neither metrics.jsonl nor run_summary.json is bad input."""
+    """Read a run folder, or a TRL run's output folder; one with none of metrics.jsonl, run_summary.json
+    and a TRL trainer_state.json is bad input."""
     if not folder.is_dir():
         raise DataError("no such run folder", where=str(folder))
     if not (folder / METRICS_FILE).exists() and not (folder / SUMMARY_FILE).exists():
-        raise DataError(
-            f"not a run folder: it holds neither {METRICS_FILE} nor {SUMMARY_FILE}", where=str(folder)
-        )
+        state = trl_state_file(folder)
+        if state is None:
+            raise DataError(
+                f"not a run folder: it holds neither {METRICS_FILE} nor {SUMMARY_FILE} (nor a TRL "
+                f"{TRL_STATE_FILE})",
+                where=str(folder),
+            )
+        return Run(folder, name, trl_rows(state), None, "ppo (TRL)", str(state.relative_to(folder)))
     try:
         rows = read_rows(folder)
     except json.JSONDecodeError as err:
@@ -106,6 +124,37 @@ def load_run(folder: Path, name: str) -> Run:
     summary = read_json_file(folder / SUMMARY_FILE)
     algorithm = (summary or {}).get("algorithm") or recipe_algorithm(folder)
     return Run(folder, name, rows, summary, algorithm)
+
+
+def trl_state_file(folder: Path) -> Path | None:
+    """A TRL output folder's trainer_state.json: its own, else the newest checkpoint's (TRL's PPOTrainer
+    wrote its history only into checkpoints)."""
+    if (folder / TRL_STATE_FILE).exists():
+        return folder / TRL_STATE_FILE
+    checkpoints = [
+        path for path in folder.glob(f"checkpoint-*/{TRL_STATE_FILE}") if path.parent.name[11:].isdigit()
+    ]
+    return max(checkpoints, key=lambda path: int(path.parent.name[11:]), default=None)
+
+
+def trl_rows(path: Path) -> list[dict[str, Any]]:
+    """The PPO update rows of a TRL log history (those with an `episode` count), under llm_rl's names."""
+    state = read_json_file(path)
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise DataError("no log_history list: not a Trainer state", where=str(path))
+    rows = [
+        {TRL_ROW_NAMES.get(key, key): value for key, value in entry.items()}
+        for entry in history
+        if isinstance(entry, dict) and is_number(entry.get("episode"))
+    ]
+    if not rows:
+        raise DataError(
+            "its log_history has no PPO update rows (rows with an `episode` count, as TRL's PPOTrainer "
+            "logged them)",
+            where=str(path),
+        )
+    return rows
 
 
 def run_names(folders: list[Path]) -> list[str]:
@@ -142,11 +191,11 @@ def values(run: Run, key: str, at_least: int = 1) -> list[float]:
     """The numeric values of `key` in row order; Unavailable with the reason when too few."""
     if not run.rows:
         raise Unavailable(
-            f"empty {METRICS_FILE}" if (run.folder / METRICS_FILE).exists() else f"no {METRICS_FILE}"
+            f"empty {run.rows_file}" if (run.folder / run.rows_file).exists() else f"no {run.rows_file}"
         )
     found = [row[key] for row in run.rows if is_number(row.get(key))]
     if not found:
-        raise Unavailable(f"no {key} in {METRICS_FILE}")
+        raise Unavailable(f"no {key} in {run.rows_file}")
     if len(found) < at_least:
         raise Unavailable(
             f"a single row with {key}" if len(found) == 1 else f"only {len(found)} rows with {key}"

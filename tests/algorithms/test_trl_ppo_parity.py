@@ -182,6 +182,8 @@ def test_the_converted_launch_is_the_run_trls_script_made(replay: dict[str, Any]
     (reward,) = recipe.rewards
     assert reward.kwargs == {"path": str(MODELS["reward_model"]), "read": "tokens"}
     assert replay["trainer"].state.global_step == 2, "total_episodes 16 at 8 a rollout: two updates"
+    # ppo.py trained on all but the last 100 of the dataset's 169 rows.
+    assert recipe.data.split == "train[:-100]" and len(replay["trainer"].train_dataset) == 69
 
 
 def test_each_rollout_scores_and_estimates_as_trls(recorded: dict[str, Any], replay: dict[str, Any]) -> None:

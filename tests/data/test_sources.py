@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llm_rl.data.sources import mixture_sizes
-from tests.data.conftest import data_error, load
+from tests.data.conftest import data_error, load, rows_of
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
@@ -182,4 +182,22 @@ def test_eval_size_that_leaves_no_train_rows_is_named(tokenizer, tmp_path: Path)
     source = sums(tmp_path / "a.jsonl", 5)
     assert "data.eval_size: holding out 5 of 5 rows leaves no train prompts" in data_error(
         tokenizer, source=source, eval_size=5
+    )
+
+
+def test_a_split_can_be_a_slice_in_datasets_syntax(tokenizer, tmp_path: Path) -> None:
+    """`train[:-100]` is what TRL's ppo.py trained on (it held the last 100 rows out); percentages and
+    `+` work as in `datasets.load_dataset`."""
+    source = sums(tmp_path / "a.jsonl", 10)
+    prompts = [row["prompt"] for row in rows_of(load(tokenizer, source=source).train)]
+    assert [
+        r["prompt"] for r in rows_of(load(tokenizer, source=source, split="train[:-3]").train)
+    ] == prompts[:-3]
+    assert [
+        r["prompt"] for r in rows_of(load(tokenizer, source=source, split="train[20%:40%]").train)
+    ] == prompts[2:4]
+    joined = load(tokenizer, source=source, split="train[:1]+train[-1:]").train
+    assert [r["prompt"] for r in rows_of(joined)] == [prompts[0], prompts[-1]]
+    assert "data.split: 'dev[:3]' is not a split or a slice of one" in data_error(
+        tokenizer, source=source, split="dev[:3]"
     )

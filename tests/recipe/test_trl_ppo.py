@@ -105,7 +105,8 @@ def test_a_run_that_left_settings_out_gets_trls_defaults_and_the_word_on_what_th
     assert recipe["ppo"]["stop_token"] is None, (
         "no stop token: completions run to response_length, as TRL's did"
     )
-    assert recipe["data"]["split"] == "descriptiveness" and "max_prompt_length" not in recipe["data"]
+    # ppo.py trained on all but the last 100 rows of its split.
+    assert recipe["data"]["split"] == "descriptiveness[:-100]" and "max_prompt_length" not in recipe["data"]
     notes = {row.source: row.note for row in migration.rows}
     assert "no stop" in notes["stop_token (TRL default)"]
     assert "sft_model_path (TRL default)" in notes
@@ -142,7 +143,7 @@ def test_a_yaml_of_ppo_fields_imports_as_the_command_does(tmp_path: Path) -> Non
     command = write(
         tmp_path,
         "ppo.sh",
-        "python ppo.py --sft_model_path m --reward_model_path r --model_name_or_path m --kl_coef 0.1 "
+        "python train_ppo.py --sft_model_path m --reward_model_path r --model_name_or_path m --kl_coef 0.1 "
         "--response_length 32 --total_episodes 4096\n",
     )
     from_yaml, from_command = migrate(source, "ppo"), migrate(command, "ppo")

@@ -148,6 +148,38 @@ def test_smoothing_and_missing_fields(tmp_path: Path, capsys) -> None:
     assert (report / "reward.png").read_bytes()[:8] == PNG_MAGIC
 
 
+# What TRL 1.12's PPOTrainer wrote into its last checkpoint, recorded with the TRL parity fixture.
+TRL_OUTPUT = Path(__file__).resolve().parents[1] / "fixtures" / "trl_ppo_parity" / "trl_output"
+
+
+def test_a_trl_ppo_output_folder_compares_beside_an_llm_rl_run(
+    real_runs: tuple[Path, Path], tmp_path: Path, capsys
+) -> None:
+    """An old TRL run (its checkpoint's log history) and an llm_rl run, on one axis under one set of names."""
+    history = json.loads((TRL_OUTPUT / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    report = tmp_path / "report"
+    table = compare(capsys, report, TRL_OUTPUT, real_runs[1])
+    assert table["algorithm"] == ["ppo (TRL)", "ppo"]
+    assert table["samples"][0] == str(history[-1]["episode"]) == "16"
+    assert table["final reward"][0] == f"{history[-1]['objective/scores']:.4f}"
+    assert table["best reward"][0] == f"{max(row['objective/scores'] for row in history):.4f}"
+    assert table["KL at the end"][0] == f"{history[-1]['objective/kl']:.4g}"
+    assert table["samples/s (mean)"][0] == f"{statistics.fmean(row['eps'] for row in history):.1f}"
+    assert table["status"][0] == "n/a (no run_summary.json)"
+    assert table["peak memory (MB)"][0] == "n/a (no peak_memory_mb in checkpoint-2/trainer_state.json)"
+    for name in ("reward.png", "kl.png", "samples_per_second.png"):
+        assert (report / name).read_bytes()[:8] == PNG_MAGIC, name
+
+
+def test_a_trainer_state_without_ppo_rows_is_bad_input(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "sft-run"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"log_history": [{"loss": 1.0, "step": 1}]}))
+    assert main(["compare", str(folder), "-o", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its log_history has no PPO update rows" in err, err
+
+
 @pytest.mark.parametrize("case", ["missing folder", "folder with no run files"])
 def test_bad_run_folder_exits_2_with_one_line(tmp_path: Path, capsys, case: str) -> None:
     folder = tmp_path / "run"
