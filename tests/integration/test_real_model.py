@@ -19,6 +19,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.data.prompts import load_prompt_data
 from llm_rl.models.load import resolve_model_path
 from llm_rl.recipe.load import load_recipe
 from llm_rl.run.training import build_components, train
@@ -165,3 +166,62 @@ def test_a_recipe_either_algorithm_refuses_exits_2_before_anything_trains(tmp_pa
     assert result.stderr.startswith("ppo: ") and "ppo.critic_warmup_steps (1000)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not root.exists(), "GRPO did not train first"
+
+
+# ----------------------------------------------------------------------------------------------------
+# A TRL PPO launch on a real model
+# ----------------------------------------------------------------------------------------------------
+
+# TRL 1.12's ppo.py docstring command, one model for policy, reward and tokenizer as there (pythia-1b
+# there, SmolLM2 here), shrunk to one update of 4 prompts.
+TRL_PPO_COMMAND = """accelerate launch --config_file examples/accelerate_configs/deepspeed_zero3.yaml \\
+    examples/scripts/ppo/ppo.py \\
+    --dataset_name {prompts} \\
+    --dataset_train_split train \\
+    --output_dir {output} \\
+    --num_ppo_epochs 1 \\
+    --num_mini_batches 1 \\
+    --per_device_train_batch_size 2 \\
+    --gradient_accumulation_steps 2 \\
+    --total_episodes 4 \\
+    --response_length 12 \\
+    --stop_token eos \\
+    --model_name_or_path {model} \\
+    --sft_model_path {model} \\
+    --reward_model_path {model} \\
+    --local_rollout_forward_batch_size 2 \\
+    --missing_eos_penalty 1.0
+"""
+
+
+def test_a_trl_ppo_launch_on_smollm2_converts_and_trains(tmp_path: Path) -> None:
+    """The converted recipe on a 49,152-token tokenizer whose pad token is EOS: the reward model (SmolLM2
+    with a new scalar head, as TRL's command read pythia) scores the policy's own token ids, and the run
+    trains on all but the last 100 prompts, as ppo.py did."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": f"Question: what is {a} + {b}?\nAnswer:"}) + "\n"
+            for a in range(11)
+            for b in range(11)
+        )
+    )
+    model = resolve_model_path(SMOLLM2)
+    launch = tmp_path / "ppo.sh"
+    launch.write_text(TRL_PPO_COMMAND.format(prompts=prompts, output=tmp_path / "trl_out", model=model))
+    recipe_file = tmp_path / "ppo.yaml"
+    result = run_entry(["-m", "llm_rl.cli", "migrate", str(launch), "-o", str(recipe_file)], timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    recipe = load_recipe(
+        recipe_file,
+        [f"run.output_dir={tmp_path / 'run'}", "monitoring.wandb.mode=disabled", "monitoring.progress=false"],
+    )
+    assert recipe.data.split == "train[:-100]" and recipe.rewards[0].kwargs["read"] == "tokens"
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    assert len(load_prompt_data(recipe.data, tokenizer, recipe.run.seed).train) == 121 - 100
+    summary = train(recipe)
+    assert (summary["status"], summary["samples"]) == ("completed", 4)
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward/mean", "rewards/reward_model/mean", "kl", "loss/policy", "loss/value"):
+        assert math.isfinite(row[key]), key
