@@ -34,6 +34,10 @@ class ModelError(UserInputError):
     """A model or tokenizer path that does not load."""
 
 
+class CheckpointError(UserInputError):
+    """A checkpoint whose files are missing, unreadable or do not fit the run (`where` names the file)."""
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (library errors can run to pages)."""
     text = str(err).strip()

@@ -406,6 +406,36 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
         assert logged(resumed, step) == pytest.approx(logged(straight, step), rel=1e-4, abs=1e-6), step
 
 
+def tied_policy(folder: Path) -> Path:
+    """The embedded model with its LM head tied to its embeddings, as SmolLM2's and most small chat
+    models' are: `save_pretrained` then leaves the head out of every checkpoint."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_model_path())
+    config.tie_word_embeddings = True
+    model = AutoModelForCausalLM.from_config(config)
+    weights = load_file(tiny_model_path() / "model.safetensors")
+    del weights["lm_head.weight"]
+    model.load_state_dict(weights, strict=False)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model_path()).save_pretrained(folder)
+    return folder
+
+
+def test_a_policy_with_a_tied_head_resumes(tmp_path: Path) -> None:
+    """Its checkpoints lack `lm_head.weight`; resuming fills it from the embeddings it shares."""
+    policy = tied_policy(tmp_path / "tied")
+    common = [f"model.policy={policy}", "checkpointing.every=1", "checkpointing.unit=steps"]
+    first, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "run", *common))
+    first.args.max_steps = 1
+    first.train()
+    resumed, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "run", *common))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-16"))
+    assert resumed.state.global_step == 2
+    head = resumed.model.policy.get_output_embeddings().weight
+    assert head.data_ptr() == resumed.model.policy.get_input_embeddings().weight.data_ptr(), "still tied"
+
+
 # --------------------------------------------------------------------------------------------------
 # Bad PPO settings: exit code 2 and one message, before anything is written
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ from llm_rl.models.completions import ends_with_stop, response_lengths, trimmed
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.run_folder import VALUE_MODEL_DIR
 from llm_rl.training.args import checkpointing_field
+from llm_rl.training.checkpoint_weights import load_weights
 from llm_rl.training.checkpoints import StagedCheckpoints
 from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
 
@@ -598,8 +600,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
                 self.model_wrapped, checkpoint, load_module_strict=not self.is_peft_model
             )
         else:
-            self._load_from_checkpoint(checkpoint, model=self.model.policy)
-            self._load_from_checkpoint(os.path.join(checkpoint, VALUE_MODEL_DIR), model=self.model.critic)
+            load_weights(self.model.policy, Path(checkpoint))
+            load_weights(self.model.critic, Path(checkpoint) / VALUE_MODEL_DIR)
         self._load_optimizer_and_scheduler(checkpoint)
         self._load_scaler(checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
