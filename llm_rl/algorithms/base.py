@@ -134,6 +134,10 @@ class Algorithm(Protocol):
     def apply_setting(self, trainer: Trainer, key: str, value: float) -> None:
         """Set a scheduled setting (one of SCHEDULABLE) where the trainer reads it each update."""
 
+    def finish_from_checkpoint(self, trainer: Trainer, checkpoint: Path) -> None:
+        """Leave the trainer as a checkpoint at the run's budget left it, taking no update: the run was
+        stopped after its last checkpoint, before its final model was saved."""
+
     def hand_over(self, stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
         """Start a stage from the previous stage's `final/` beyond its policy (PPO: its critic)."""
 

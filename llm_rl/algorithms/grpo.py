@@ -83,6 +83,10 @@ def apply_setting(trainer: Trainer, key: str, value: float) -> None:
     trl_groups.apply_setting(trainer, NAME, key, value)
 
 
+def finish_from_checkpoint(trainer: Trainer, checkpoint: Path) -> None:
+    trl_groups.finish_from_checkpoint(trainer, checkpoint)
+
+
 def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
     """A GRPO stage takes nothing from the previous stage beyond its policy."""
 

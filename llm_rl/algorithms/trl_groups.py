@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_rl.algorithms.base import Counterpart, SharedOverride
@@ -30,6 +31,7 @@ from llm_rl.generation.transformers_generators import paged_cache_config
 from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import shared_training_args, world_size
+from llm_rl.training.checkpoint_files import load_weights
 from llm_rl.training.checkpoints import StagedCheckpoints
 from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
 from llm_rl.training.schedules import start_values
@@ -535,3 +537,13 @@ def migrated_group(
         )
     section["num_generations"] = group
     return [("num_generations", group, f"{batch // group} prompts x {group} completions per update")]
+
+
+def finish_from_checkpoint(trainer: Trainer, checkpoint: Path) -> None:
+    """The checkpoint's policy and counters, without `Trainer.train`: resumed at its budget, transformers'
+    loop would take one more update before it checks `max_steps`."""
+    from transformers import TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    load_weights(trainer.model, checkpoint)
+    trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))

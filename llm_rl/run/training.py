@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from llm_rl.monitoring.gpu_health import GpuHealth
 from llm_rl.monitoring.metrics import MetricsCallback
 from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback, bars_wanted, without_bars
 from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
-from llm_rl.run.stages import StageContext, train_stages
+from llm_rl.run.stages import FINISHED, StageContext, train_stages
 from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
@@ -38,7 +39,14 @@ from llm_rl.run_folder import (
 )
 from llm_rl.schema import Recipe
 from llm_rl.training.args import is_main_process
-from llm_rl.training.checkpoints import CheckpointManager, clear_staging, list_checkpoints, read_state
+from llm_rl.training.checkpoint_files import check_checkpoint
+from llm_rl.training.checkpoints import (
+    CheckpointManager,
+    clear_staging,
+    list_checkpoints,
+    newest_readable,
+    read_state,
+)
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.training.evaluation import held_out_reward
 from llm_rl.training.schedules import ScheduleCallback, active_schedules
@@ -59,14 +67,54 @@ def serial_tokenizers_on_cpu() -> None:
 
 
 def find_resume_checkpoint(recipe: Recipe) -> Path | None:
-    """The checkpoint to continue from: `auto` takes the latest complete one in the run folder."""
+    """The checkpoint to continue from: `auto` takes the newest one in the run folder whose files all
+    read, saying which newer ones it passed over and why; a named one that does not read whole is refused
+    (`CheckpointError`, naming the file)."""
     resume = recipe.checkpointing.resume
     if resume == "never":
         return None
     if resume != "auto":
+        check_checkpoint(Path(resume))
         return Path(resume)
-    checkpoints = list_checkpoints(recipe.output_dir)
-    return checkpoints[-1] if checkpoints else None
+    checkpoint, damaged = newest_readable(recipe.output_dir)
+    if is_main_process():
+        for passed, err in damaged:
+            print(
+                f"warning: {passed.name} is damaged ({err}); resuming from "
+                f"{checkpoint.name if checkpoint else 'the start'}",
+                file=sys.stderr,
+            )
+    return checkpoint
+
+
+def finished_run(recipe: Recipe) -> dict[str, Any] | None:
+    """The summary of the run already in the run folder when it finished and this recipe would not train
+    it further (`resume: auto`, no larger budget), after saying so; None when there is training to do.
+
+    Run again, a finished run changes nothing: not its folder, not its final model.
+    """
+    summary_path = recipe.output_dir / SUMMARY_FILE
+    if recipe.checkpointing.resume != "auto" or not summary_path.is_file():
+        return None
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    status = summary.get("status") if isinstance(summary, dict) else None
+    if status not in FINISHED:
+        return None
+    if status == "completed" and not recipe.stages:
+        budget = ALGORITHMS[recipe.algorithm].trainer_config(recipe).max_steps
+        if budget > summary.get("steps", 0):
+            return None  # the budget was raised: train on from the newest checkpoint
+    if is_main_process():
+        print(
+            f"{recipe.output_dir}: already finished ({status}, {summary.get('steps')} steps, "
+            f"{summary.get('samples')} samples); nothing changed. Raise the budget to train further, or "
+            "set run.output_dir to start a new run",
+            file=sys.stderr,
+        )
+    return summary
 
 
 def prepare_run_folder(recipe: Recipe, resume_from: Path | None) -> Path:
@@ -135,6 +183,9 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     A recipe with `stages:` runs them in turn (`llm_rl.run.stages`), which calls this once per stage with
     its place in the run.
     """
+    finished = finished_run(recipe) if stage is None else None
+    if finished is not None:
+        return finished
     if recipe.stages:
         return train_stages(recipe, train)
     started = time.perf_counter()
@@ -142,12 +193,13 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
         without_bars()
     serial_tokenizers_on_cpu()
     set_seed(recipe.run.seed)
+    # A named checkpoint that does not read whole is refused before any model loads.
+    resume_from = find_resume_checkpoint(recipe)
     components = build_components(recipe)
     algorithm = ALGORITHMS[recipe.algorithm]
     algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     components.held_out = held_out_reward(components)
-    resume_from = find_resume_checkpoint(recipe)
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
     sinks = (stage.local_sinks(folder) if stage else make_sinks(recipe, folder)) if is_main_process() else []
@@ -178,7 +230,10 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
         trainer.add_callback(QuietProgressCallback())
     status = "failed"
     try:
-        trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
+        if resume_from is not None and checkpoint_step(resume_from) >= trainer.args.max_steps:
+            algorithm.finish_from_checkpoint(trainer, resume_from)
+        else:
+            trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
         if not no_broken_saves.broken:
             save_final(trainer, components, folder)
         if alerts.stopped or no_broken_saves.broken:

@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models.load import is_adapter_folder, merged_adapter_path
 from llm_rl.run_folder import FINAL_DIR, VALUE_MODEL_DIR
+from llm_rl.training.checkpoint_files import STATE_FILE, check_checkpoint
 from llm_rl.training.checkpoints import list_checkpoints
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -27,10 +28,14 @@ def policy_folder(source: Path) -> Path:
     or the folder itself."""
     if (source / FINAL_DIR).is_dir():
         return source / FINAL_DIR
+    if (source / STATE_FILE).is_file():  # a checkpoint: only one that reads whole
+        check_checkpoint(source)
+        return source
     if (source / "config.json").is_file() or is_adapter_folder(source):
         return source
     checkpoints = list_checkpoints(source)
     if checkpoints:
+        check_checkpoint(checkpoints[-1])
         return checkpoints[-1]
     raise ModelError(
         "neither a run folder with final/ or a checkpoint, nor a model or adapter folder", where=str(source)

@@ -25,13 +25,13 @@ from accelerate import PartialState
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from llm_rl.errors import UserInputError
+from llm_rl.errors import CheckpointError, UserInputError
+from llm_rl.training.checkpoint_files import STATE_FILE, check_checkpoint, manifest, read_checkpoint_state
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 
 ROLLED_BACK_DIR = "rolled_back"
 CHECKPOINT_PATTERN = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STAGING_DIR = ".staging"
-STATE_FILE = "llm_rl_state.json"
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
@@ -43,13 +43,36 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
 
 
 def read_state(checkpoint: Path) -> dict[str, Any]:
-    """The `llm_rl_state.json` of a checkpoint."""
-    return json.loads((checkpoint / STATE_FILE).read_text())
+    """The `llm_rl_state.json` of a checkpoint (a `CheckpointError` naming it when it does not read)."""
+    return read_checkpoint_state(checkpoint)
+
+
+def is_readable(checkpoint: Path) -> bool:
+    """Whether every file of a checkpoint is there and reads (`check_checkpoint`)."""
+    try:
+        check_checkpoint(checkpoint)
+    except CheckpointError:
+        return False
+    return True
+
+
+def newest_readable(output_dir: Path) -> tuple[Path | None, list[tuple[Path, CheckpointError]]]:
+    """The newest checkpoint whose files all read, and each newer one that does not, with why."""
+    damaged = []
+    for checkpoint in reversed(list_checkpoints(output_dir)):
+        try:
+            check_checkpoint(checkpoint)
+        except CheckpointError as err:
+            damaged.append((checkpoint, err))
+            continue
+        return checkpoint, damaged
+    return None, damaged
 
 
 def best_checkpoint(output_dir: Path, mode: str) -> Path | None:
-    """The complete checkpoint with the best score (`mode`: max or min), or None when none has one."""
-    scored = [(read_state(path).get("score"), path) for path in list_checkpoints(output_dir)]
+    """The complete checkpoint with the best score (`mode`: max or min), or None when none has one; a
+    checkpoint whose state does not read has no score."""
+    scored = [(saved_score(path), path) for path in list_checkpoints(output_dir)]
     scored = [
         (score, path) for score, path in scored if isinstance(score, int | float) and math.isfinite(score)
     ]
@@ -57,6 +80,14 @@ def best_checkpoint(output_dir: Path, mode: str) -> Path | None:
         return None
     pick = max if mode == "max" else min
     return pick(scored, key=lambda item: item[0])[1]
+
+
+def saved_score(checkpoint: Path) -> Any:
+    """The score a checkpoint was saved with, or None when its state does not read."""
+    try:
+        return read_state(checkpoint).get("score")
+    except CheckpointError:
+        return None
 
 
 def clear_staging(output_dir: Path) -> None:
@@ -112,6 +143,8 @@ class CheckpointManager(TrainerCallback):
             "metric": self.score.metric,
             "mode": self.score.mode,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
+            # Every file and its size: a later check finds one gone missing or cut short.
+            "files": manifest(staged),
         }
         (staged / STATE_FILE).write_text(json.dumps(record, indent=2) + "\n")
         if target.exists():  # saved again at the same step (a stop right after a periodic save)
@@ -121,7 +154,8 @@ class CheckpointManager(TrainerCallback):
             staged.parent.rmdir()
 
     def rotate(self, output_dir: Path) -> None:
-        """Delete all but the newest `keep_last` complete checkpoints and the best one."""
+        """Delete all but the newest `keep_last` complete checkpoints, the best one, and the newest one that
+        still reads whole (never deleted in favour of damaged ones)."""
         if self.keep_last is None:
             return
         checkpoints = list_checkpoints(output_dir)
@@ -129,6 +163,9 @@ class CheckpointManager(TrainerCallback):
         best = best_checkpoint(output_dir, self.score.mode)
         if best is not None:
             keep.add(best)
+        readable, _ = newest_readable(output_dir)
+        if readable is not None:
+            keep.add(readable)
         for path in checkpoints:
             if path not in keep:
                 shutil.rmtree(path)
@@ -152,6 +189,7 @@ def rollback(run_dir: Path, to: str | None, best: bool) -> tuple[Path, Path | No
             raise UserInputError(
                 f"{to!r} is not a complete checkpoint here; there are: {names}", where=str(run_dir)
             )
+    check_checkpoint(target)
     later = [path for path in checkpoints if checkpoints.index(path) > checkpoints.index(target)]
     later += [run_dir / name for name in ("final", "run_summary.json") if (run_dir / name).exists()]
     metrics = run_dir / "metrics.jsonl"

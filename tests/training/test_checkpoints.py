@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from llm_rl.training.checkpoints import STAGING_DIR, list_checkpoints, read_state
+from llm_rl.training.checkpoints import STAGING_DIR, CheckpointManager, list_checkpoints, read_state
+from llm_rl.training.early_stopping import MetricWindow
 from tests.conftest import ALGORITHMS, LLM_RL, REPO, entry, rows, run_entry, run_ok
 
 # --------------------------------------------------------------------------------------------------
@@ -145,3 +147,121 @@ def test_rollback_to_the_best(tmp_path: Path) -> None:
     result = run_entry(["rollback", str(run), "--best"], launcher=[LLM_RL])
     assert result.returncode == 0, result.stderr
     assert list_checkpoints(run)[-1].name == max(scores, key=scores.get)
+
+
+# --------------------------------------------------------------------------------------------------
+# Damaged checkpoints: complete by name, unreadable since
+# --------------------------------------------------------------------------------------------------
+
+
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+DAMAGES = {
+    "ppo weights cut short": ("ppo", "model.safetensors", cut_short),
+    "ppo optimizer cut short": ("ppo", "optimizer.pt", cut_short),
+    "ppo value model missing": ("ppo", "value_model/model.safetensors", Path.unlink),
+    "ppo state garbled": ("ppo", "llm_rl_state.json", lambda path: path.write_text('{"step": 2,')),
+    "grpo weights cut short": ("grpo", "model.safetensors", cut_short),
+}
+EVERY_STEP = ["checkpointing.every=1", "checkpointing.unit=steps", "checkpointing.keep_last=5"]
+
+
+@pytest.fixture(scope="module")
+def two_step_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A finished run of each algorithm family with a checkpoint after each of its 2 updates."""
+    root = tmp_path_factory.mktemp("damaged")
+    return {
+        algorithm: (
+            run_ok(algorithm, root / algorithm, "training.max_steps=2", *EVERY_STEP) and root / algorithm
+        )
+        for algorithm in ("ppo", "grpo")
+    }
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_is_refused_by_name_and_passed_over_by_auto(
+    two_step_runs: dict[str, Path], tmp_path: Path, damage: str
+) -> None:
+    algorithm, name, spoil = DAMAGES[damage]
+    run = tmp_path / "run"
+    shutil.copytree(two_step_runs[algorithm], run)
+    older, newest = list_checkpoints(run)
+    spoil(newest / name)
+    named = str(newest / name)
+
+    # Named by the user (resume, rollback, export): refused, exit 2, one line naming the file.
+    for args, launcher in [
+        (entry(algorithm, run, "training.max_steps=3", f"checkpointing.resume={newest}", *EVERY_STEP), None),
+        (["rollback", str(run), "--to", newest.name], [LLM_RL]),
+        (["export", str(newest), "-o", str(tmp_path / "exported")], [LLM_RL]),
+    ]:
+        result = run_entry(args, launcher=launcher)
+        assert result.returncode == 2, (args, result.stderr[-2000:])
+        error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and error[0].startswith(f"error: {named}: "), result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "exported").exists()
+
+    # resume: auto takes the newest checkpoint that reads whole, says which it passed over, and finishes.
+    result = run_entry(entry(algorithm, run, "training.max_steps=3", *EVERY_STEP))
+    assert result.returncode == 0, result.stderr[-3000:]
+    warning = f"warning: {newest.name} is damaged ({named}: "
+    assert warning in result.stderr and f"resuming from {older.name}" in result.stderr
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert Path(summary["resumed_from"]) == older and summary["status"] == "completed"
+    assert [row["step"] for row in rows(run)] == [1, 2, 3], "no gap and no duplicate"
+
+
+def test_rotation_keeps_the_newest_checkpoint_that_reads(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run_ok("ppo", run, "training.max_steps=2", *EVERY_STEP)
+    older, newest = list_checkpoints(run)
+    cut_short(newest / "model.safetensors")
+    for checkpoint in (older, newest):  # no best checkpoint to keep for its score
+        state = read_state(checkpoint)
+        (checkpoint / "llm_rl_state.json").write_text(json.dumps({**state, "score": None}))
+    manager = CheckpointManager(lambda *_: 0, keep_last=1, score=MetricWindow("reward/mean", 1, "max"))
+    manager.rotate(run)
+    assert list_checkpoints(run) == [older, newest], "keep_last 1 keeps the newest, and the last that reads"
+
+
+# --------------------------------------------------------------------------------------------------
+# A finished run, run again
+# --------------------------------------------------------------------------------------------------
+
+
+def folder_snapshot(run: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(run)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in run.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_a_finished_run_run_again_says_so_and_changes_nothing(tmp_path: Path, algorithm: str) -> None:
+    run = tmp_path / "run"
+    run_ok(algorithm, run, "training.max_steps=2", *EVERY_STEP)
+    before = folder_snapshot(run)
+    again = run_entry(entry(algorithm, run, "training.max_steps=2", *EVERY_STEP))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{run}: already finished (completed, 2 steps" in again.stderr
+    assert folder_snapshot(run) == before, "not a file written, not a row added"
+    # A larger budget trains on from the newest checkpoint.
+    summary = run_ok(algorithm, run, "training.max_steps=3", *EVERY_STEP)
+    assert (summary["status"], summary["steps"]) == ("completed", 3)
+    assert [row["step"] for row in rows(run)] == [1, 2, 3]
+
+
+def test_a_run_killed_after_its_last_checkpoint_finishes_without_training_more(tmp_path: Path) -> None:
+    """The last checkpoint is at the budget, but final/ and the summary were never written."""
+    run = tmp_path / "run"
+    run_ok("grpo", run, "training.max_steps=2", *EVERY_STEP)
+    shutil.rmtree(run / "final")
+    (run / "run_summary.json").unlink()
+    summary = run_ok("grpo", run, "training.max_steps=2", *EVERY_STEP)
+    assert (summary["status"], summary["steps"]) == ("completed", 2)
+    assert [row["step"] for row in rows(run)] == [1, 2]
+    assert (run / "final" / "config.json").exists()

@@ -372,6 +372,11 @@ def apply_setting(trainer: PPOTrainer, key: str, value: float) -> None:
         setattr(trainer.settings, key.removeprefix("ppo."), value)
 
 
+def finish_from_checkpoint(trainer: PPOTrainer, checkpoint: Path) -> None:
+    """PPO's own loop resumes at the budget without an update."""
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
 def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
     """A PPO stage after a PPO stage keeps the trained critic, unless the stage names its own."""
     critic = previous_final / VALUE_MODEL_DIR

@@ -61,7 +61,7 @@ from llm_rl.models.completions import ends_with_stop, response_lengths, trimmed
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 from llm_rl.run_folder import VALUE_MODEL_DIR
 from llm_rl.training.args import checkpointing_field
-from llm_rl.training.checkpoint_weights import load_weights
+from llm_rl.training.checkpoint_files import load_weights
 from llm_rl.training.checkpoints import StagedCheckpoints
 from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
 

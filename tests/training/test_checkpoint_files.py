@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from llm_rl.errors import CheckpointError
 from llm_rl.models.tiny import tiny_model_path
-from llm_rl.training.checkpoint_weights import load_weights
+from llm_rl.training.checkpoint_files import load_weights
 
 
 def fresh_model() -> torch.nn.Module:

@@ -1,4 +1,11 @@
-"""A model's weights read back from a checkpoint folder that `save_pretrained` wrote, with public APIs only.
+"""Checkpoint files read back: whether a checkpoint is whole, and a model's weights loaded in place.
+
+`manifest` lists every file of a checkpoint with its size when it is written (kept in its
+`llm_rl_state.json`); `check_checkpoint` finds the first file since gone missing, cut short or
+unreadable (a full disk, a failed copy), and names it. Files of checkpoints written before the manifest
+are still checked by format: a safetensors header, a torch zip archive's directory, a JSON document.
+
+A model's weights read back from a checkpoint folder that `save_pretrained` wrote, with public APIs only:
 
 `load_weights` fills a model in place: a LoRA adapter (`adapter_model.safetensors`) into a `PeftModel`
 through peft's `set_peft_model_state_dict`, else the full weights (`model.safetensors`, or the shards its
@@ -11,15 +18,75 @@ cut short, a full disk) is a `CheckpointError` naming the file.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from llm_rl.errors import CheckpointError, first_line
 
+# What makes a folder named checkpoint-N complete: written last, holding the counters and the manifest.
+STATE_FILE = "llm_rl_state.json"
 WEIGHTS_FILE = "model.safetensors"
+# torch.save's archives (optimizer, scheduler, RNG, DeepSpeed states) and Trainer's JSON files.
+TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+
+
+def manifest(folder: Path) -> dict[str, int]:
+    """Every file under a checkpoint folder (its path inside it) with its size in bytes."""
+    return {
+        str(path.relative_to(folder)): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def read_checkpoint_state(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's `llm_rl_state.json`; one that does not parse is a `CheckpointError` naming it."""
+    path = checkpoint / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"unreadable ({first_line(err)})", where=str(path)) from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError("not a checkpoint state (no step count)", where=str(path))
+    return state
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """Raise a `CheckpointError` naming the first file of `checkpoint` that is missing, cut short or
+    unreadable; return quietly when the whole checkpoint reads."""
+    state = read_checkpoint_state(checkpoint)
+    for name, size in (state.get("files") or {}).items():
+        path = checkpoint / name
+        if not path.is_file():
+            raise CheckpointError("missing", where=str(path))
+        if path.stat().st_size != size:
+            raise CheckpointError(
+                f"cut short or changed: {path.stat().st_size} bytes, {size} when written", where=str(path)
+            )
+    for path in sorted(checkpoint.rglob("*")):
+        if path.is_file():
+            check_file_format(path)
+
+
+def check_file_format(path: Path) -> None:
+    """The cheap structural check of one file, by its suffix: a safetensors header, a zip directory, JSON."""
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(path, "pt"):
+                pass
+        elif path.suffix in TORCH_SUFFIXES:
+            zipfile.ZipFile(path).close()
+        elif path.suffix == ".json":
+            json.loads(path.read_text())
+    except (SafetensorError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
+        raise CheckpointError(f"unreadable ({first_line(err)})", where=str(path)) from None
+
+
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 ADAPTER_FILE = "adapter_model.safetensors"
 
