@@ -3,14 +3,19 @@
 `output_dir` holds `recipe.yaml` (the resolved recipe as run), `metrics.jsonl` (a row per logging
 step), `checkpoint-<samples>/`, `final/` (a `save_pretrained` policy and tokenizer; PPO's critic in
 `value_model/`), `run_summary.json`, and for a staged run `stages/NN-name/`, one run folder a stage.
+`.lock` holds the pid of the training that writes the folder (`RunFolderLock`).
 Training writes it (`llm_rl.run.training`); the tools (doctor, compare, export, sample) read it through here.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+from llm_rl.errors import UserInputError
 
 RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -19,6 +24,7 @@ FINAL_DIR = "final"
 # PPO's critic, inside `final/` and every checkpoint.
 VALUE_MODEL_DIR = "value_model"
 STAGES_DIR = "stages"
+LOCK_FILE = ".lock"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -50,3 +56,38 @@ def checkpoint_step(checkpoint: Path) -> int:
 def stage_folder(run_folder: Path, index: int, name: str) -> Path:
     """Where stage `index` of a staged run trains: `RUN/stages/NN-name`."""
     return run_folder / STAGES_DIR / f"{index:02d}-{name}"
+
+
+class RunFolderLock:
+    """One training at a time per run folder: an exclusive `flock` on `.lock`, which holds the pid.
+
+    The operating system drops the lock when its process ends, however it ends (a `kill -9` included), so
+    a stale lock never blocks the next run; a second training while the first lives is refused, naming
+    the first's pid (a training child left running after its launcher was killed, say).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_FILE
+        self.handle = open(path, "a+")  # noqa: SIM115 - held open for the run's lifetime
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "unknown"
+            self.handle.close()
+            raise UserInputError(
+                f"another training (pid {holder}) is writing this run folder; stop it first, or set "
+                "run.output_dir to train elsewhere",
+                where=str(folder),
+            ) from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"{os.getpid()}\n")
+        self.handle.flush()
+
+    def release(self) -> None:
+        """Let the next training in (the file stays: removing it could race a waiting process)."""
+        if not self.handle.closed:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()

@@ -32,6 +32,7 @@ from llm_rl.run_folder import (
     METRICS_FILE,
     RECIPE_FILE,
     SUMMARY_FILE,
+    RunFolderLock,
     checkpoint_step,
     read_rows,
     reward_series,
@@ -187,7 +188,12 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     if finished is not None:
         return finished
     if recipe.stages:
-        return train_stages(recipe, train)
+        lock = RunFolderLock(recipe.output_dir) if is_main_process() else None
+        try:
+            return train_stages(recipe, train)
+        finally:
+            if lock is not None:
+                lock.release()
     started = time.perf_counter()
     if not bars_wanted(recipe.monitoring.progress):
         without_bars()
@@ -200,6 +206,24 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     algorithm.trainer_config(recipe)
     algorithm.prepare(components)
     components.held_out = held_out_reward(components)
+    # A stage runs under its staged run's lock.
+    lock = RunFolderLock(recipe.output_dir) if is_main_process() and stage is None else None
+    try:
+        return train_locked(recipe, stage, components, algorithm, resume_from, started)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_locked(
+    recipe: Recipe,
+    stage: StageContext | None,
+    components: Components,
+    algorithm: Any,
+    resume_from: Path | None,
+    started: float,
+) -> dict[str, Any]:
+    """The run from its folder on, once this process holds the folder (`train`)."""
     folder = prepare_run_folder(recipe, resume_from) if is_main_process() else recipe.output_dir
     count_samples = algorithm.count_samples(recipe)
     sinks = (stage.local_sinks(folder) if stage else make_sinks(recipe, folder)) if is_main_process() else []

@@ -150,6 +150,11 @@ def shared_training_args(recipe: Recipe, samples_per_step: int) -> dict[str, Any
     """
     training = recipe.training
     max_steps = steps_for_budget(recipe, samples_per_step)
+    if training.logging_steps > max_steps:
+        raise RecipeError(
+            f"training.logging_steps ({training.logging_steps}) is more than the run's {max_steps} updates: "
+            "it would write no metric row; lower it or raise the budget"
+        )
     sync_deepspeed_clipping(training.max_grad_norm)
     return {
         "output_dir": str(recipe.output_dir),

@@ -63,3 +63,18 @@ def test_validate_says_the_starting_policy_is_evaluated(tmp_path: Path) -> None:
     alone = write_recipe(tmp_path / "alone.yaml", evaluation={"at_start": True})
     result = run_entry(["validate", str(alone)], launcher=[LLM_RL], timeout=120)
     assert "eval      before the first update on 200 held-out prompts" in result.stdout, result.stderr
+
+
+def test_validate_refuses_a_run_shorter_than_its_logging_steps(tmp_path: Path) -> None:
+    """It would write no metric row and end with no reward at all."""
+    recipe = write_recipe(tmp_path / "recipe.yaml")
+    result = run_entry(
+        ["validate", str(recipe), "--set", "training.max_steps=2", "--set", "training.logging_steps=5"],
+        launcher=[LLM_RL],
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        "training.logging_steps (5) is more than the run's 2 updates: it would write no metric row"
+        in result.stderr
+    )

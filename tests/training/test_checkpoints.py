@@ -101,6 +101,36 @@ def test_a_killed_run_started_again_finishes_its_budget(tmp_path: Path, algorith
     assert [row["step"] for row in rows(run)] == list(range(1, 13)), "one row per step, none twice"
 
 
+def test_a_second_training_in_a_busy_run_folder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    """As after `kill -9` of `accelerate launch` whose training child kept running: the same command
+    again must not write into the folder beside it. Once the first is gone, the folder is free."""
+    run = tmp_path / "run"
+    command = [sys.executable, *entry("ppo", run, "training.max_steps=100000")]
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not rows_written(run) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.poll() is None, "the first training ended early"
+        second = run_entry(command[1:])
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert second.stderr.strip() == (
+            f"error: {run}: another training (pid {first.pid}) is writing this run folder; stop it "
+            "first, or set run.output_dir to train elsewhere"
+        ), second.stderr[-2000:]
+        assert first.poll() is None, "the first goes on"
+    finally:
+        first.kill()
+        first.wait()
+    after = run_entry(entry("ppo", run, "training.max_steps=2", "checkpointing.resume=never"))
+    assert after.returncode == 0, after.stderr[-2000:]
+
+
+def rows_written(run: Path) -> bool:
+    path = run / "metrics.jsonl"
+    return path.exists() and path.stat().st_size > 0
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_resumed_run_ends_with_the_same_weights_as_a_straight_one(tmp_path: Path, algorithm: str) -> None:
     common = ["checkpointing.every=2", "checkpointing.unit=steps", "training.lr_scheduler=constant"]
