@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from llm_rl.tools.serve.limits import ServeLimits
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# A run stopped by SIGTERM or SIGUSR1 after its checkpoint (EX_TEMPFAIL: the same command resumes it).
+EXIT_PREEMPTED = 75
 API_KEY_VARIABLE = "LLM_RL_API_KEY"
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -81,7 +83,7 @@ def command_train(args: argparse.Namespace) -> int:
             f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
             f"final reward {summary['final_reward']}, run folder {recipe.output_dir}"
         )
-    return EXIT_OK
+    return EXIT_PREEMPTED if summary["status"] == "preempted" else EXIT_OK
 
 
 def command_validate(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ from llm_rl.training.checkpoints import (
 )
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.training.evaluation import held_out_reward
+from llm_rl.training.preemption import Preemption
 from llm_rl.training.schedules import ScheduleCallback, active_schedules
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -237,7 +238,15 @@ def train_locked(
     metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
     checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
     no_broken_saves = NoNonFiniteSaves()
-    callbacks = [metrics, checkpoints, *([early_stopping] if early_stopping else []), alerts, no_broken_saves]
+    preemption = Preemption()
+    callbacks = [
+        metrics,
+        preemption,
+        checkpoints,
+        *([early_stopping] if early_stopping else []),
+        alerts,
+        no_broken_saves,
+    ]
     trainer = algorithm.build_trainer(components, callbacks)
     schedules = active_schedules(recipe, algorithm.SCHEDULABLE)
     if schedules:
@@ -253,23 +262,36 @@ def train_locked(
     if not trainer.args.disable_tqdm:
         trainer.add_callback(QuietProgressCallback())
     status = "failed"
+    preemption.install()
     try:
         if resume_from is not None and checkpoint_step(resume_from) >= trainer.args.max_steps:
             algorithm.finish_from_checkpoint(trainer, resume_from)
         else:
             trainer.train(**({"resume_from_checkpoint": str(resume_from)} if resume_from else {}))
-        if not no_broken_saves.broken:
-            save_final(trainer, components, folder)
-        if alerts.stopped or no_broken_saves.broken:
-            status = "stopped_by_alert"
-        elif early_stopping and early_stopping.triggered:
-            status = "early_stopped"
+        if preemption.stopped:
+            status = "preempted"  # not finished: no final model
         else:
-            status = "completed"
+            if not no_broken_saves.broken:
+                save_final(trainer, components, folder)
+            if alerts.stopped or no_broken_saves.broken:
+                status = "stopped_by_alert"
+            elif early_stopping and early_stopping.triggered:
+                status = "early_stopped"
+            else:
+                status = "completed"
     finally:
+        preemption.uninstall()
         metrics.close()
         samples = count_samples(trainer.state, {})
         summary = make_summary(recipe, status, trainer, samples, started, resume_from)
+        if status == "preempted":
+            summary["seconds_from_signal_to_exit"] = round(preemption.seconds_since_signal() or 0.0, 2)
+            if is_main_process():
+                print(
+                    f"preempted ({preemption.signal_name}): checkpoint at step {trainer.state.global_step}, "
+                    f"{summary['seconds_from_signal_to_exit']} s after the signal; the same command resumes",
+                    file=sys.stderr,
+                )
         if is_main_process():
             write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary

@@ -295,3 +295,35 @@ def test_a_run_killed_after_its_last_checkpoint_finishes_without_training_more(t
     assert (summary["status"], summary["steps"]) == ("completed", 2)
     assert [row["step"] for row in rows(run)] == [1, 2]
     assert (run / "final" / "config.json").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Preemption: SIGTERM or SIGUSR1
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("algorithm", "stop"), [("ppo", signal.SIGTERM), ("grpo", signal.SIGUSR1)])
+def test_a_preempted_run_checkpoints_where_it_stopped_and_resumes_with_no_sample_lost(
+    tmp_path: Path, algorithm: str, stop: signal.Signals
+) -> None:
+    run = tmp_path / "run"
+    command = [sys.executable, *entry(algorithm, run, "training.max_steps=30")]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not rows_written(run) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before the signal"
+    process.send_signal(stop)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 75, stderr[-3000:]
+    assert f"preempted ({stop.name}): checkpoint at step" in stderr and "Traceback" not in stderr
+    summary = json.loads((run / "run_summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["steps"] < 30
+    assert 0 <= summary["seconds_from_signal_to_exit"] < 60
+    (checkpoint,) = list_checkpoints(run)
+    assert read_state(checkpoint)["step"] == summary["steps"], "a checkpoint where it stopped"
+    assert not (run / "final").exists(), "not finished"
+
+    result = run_entry(command[1:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [row["step"] for row in rows(run)] == list(range(1, 31)), "no sample lost, none twice"

@@ -1,0 +1,84 @@
+"""Preemption: SIGTERM or SIGUSR1 ends a run cleanly at the next update boundary, with a checkpoint.
+
+Spot instances and Slurm stop a job with SIGTERM and a grace period (Slurm can send SIGUSR1 first, with
+`--signal=USR1@SECONDS`). transformers' and TRL's trainers ignore the signal, so every preemption would
+lose the work since the last checkpoint. Here the first signal is noted and the update in progress
+finishes; at its end the run writes a checkpoint outside the usual cadence and stops, with status
+`preempted` and exit code 75 (`EX_TEMPFAIL`: try again). `resume: auto` then continues from that
+checkpoint, no sample lost. A second signal ends the process at once: checkpoints are written aside and
+renamed into place (`llm_rl.training.checkpoints`), so the previous one is intact whatever moment it
+comes, as it is when the grace period runs out and SIGKILL follows.
+
+Under several processes each one may get the signal at a different moment (or only some of them do), so
+at every update's end the processes agree on it in one all-reduce of a flag: they save and stop at the
+same update.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from types import FrameType
+
+import torch
+from transformers import TrainerCallback
+
+# The signals a scheduler sends before it kills a job.
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preemption(TrainerCallback):
+    """Notes a stop signal and, at the end of the update in progress, asks for a checkpoint and a stop."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self.received_at: float | None = None
+        self.stopped = False
+        self.previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        """Handle the stop signals in this process (the main thread's; a no-op elsewhere)."""
+        for number in SIGNALS:
+            try:
+                self.previous[number] = signal.signal(number, self.on_signal)
+            except ValueError:  # not the main thread
+                return
+
+    def uninstall(self) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
+
+    def on_signal(self, number: int, frame: FrameType | None) -> None:
+        if self.received_at is not None:
+            print(f"{signal.Signals(number).name} again: stopping now", file=sys.stderr, flush=True)
+            self.uninstall()
+            signal.raise_signal(signal.SIGTERM if number == signal.SIGUSR1 else number)
+            return
+        self.signal_name = signal.Signals(number).name
+        self.received_at = time.monotonic()
+        print(
+            f"{self.signal_name} received: finishing the update in progress, then a checkpoint and a stop",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.requested_anywhere(args):
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped = True
+        return control
+
+    def requested_anywhere(self, args) -> bool:
+        """Whether any process has had a stop signal (one all-reduce when there are several)."""
+        local = self.received_at is not None
+        if args.world_size <= 1 or not torch.distributed.is_initialized():
+            return local
+        flag = torch.tensor([1.0 if local else 0.0], device=args.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def seconds_since_signal(self) -> float | None:
+        return None if self.received_at is None else time.monotonic() - self.received_at
