@@ -50,6 +50,7 @@ from llm_rl.training.checkpoints import (
 )
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.training.evaluation import held_out_reward
+from llm_rl.training.lost_ranks import ProcessRoll
 from llm_rl.training.preemption import Preemption
 from llm_rl.training.schedules import ScheduleCallback, active_schedules
 
@@ -262,6 +263,7 @@ def train_locked(
     if not trainer.args.disable_tqdm:
         trainer.add_callback(QuietProgressCallback())
     status = "failed"
+    roll = ProcessRoll.join()
     preemption.install()
     try:
         if resume_from is not None and checkpoint_step(resume_from) >= trainer.args.max_steps:
@@ -279,6 +281,10 @@ def train_locked(
                 status = "early_stopped"
             else:
                 status = "completed"
+    except Exception:
+        if roll is not None:
+            roll.report_lost()
+        raise
     finally:
         preemption.uninstall()
         metrics.close()

@@ -5,9 +5,11 @@ Spot instances and Slurm stop a job with SIGTERM and a grace period (Slurm can s
 lose the work since the last checkpoint. Here the first signal is noted and the update in progress
 finishes; at its end the run writes a checkpoint outside the usual cadence and stops, with status
 `preempted` and exit code 75 (`EX_TEMPFAIL`: try again). `resume: auto` then continues from that
-checkpoint, no sample lost. A second signal ends the process at once: checkpoints are written aside and
-renamed into place (`llm_rl.training.checkpoints`), so the previous one is intact whatever moment it
-comes, as it is when the grace period runs out and SIGKILL follows.
+checkpoint, no sample lost. A repeated signal changes nothing: under `accelerate launch` with several
+processes, torchrun's agent passes on to its workers the SIGTERM that the scheduler also sent them, and
+stops them with SIGKILL when its own grace period (`TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, 30 s by default)
+runs out. Checkpoints are written aside and renamed into place (`llm_rl.training.checkpoints`), so the
+previous one is intact whenever SIGKILL comes.
 
 Under several processes each one may get the signal at a different moment (or only some of them do), so
 at every update's end the processes agree on it in one all-reduce of a flag: they save and stop at the
@@ -52,9 +54,9 @@ class Preemption(TrainerCallback):
 
     def on_signal(self, number: int, frame: FrameType | None) -> None:
         if self.received_at is not None:
-            print(f"{signal.Signals(number).name} again: stopping now", file=sys.stderr, flush=True)
-            self.uninstall()
-            signal.raise_signal(signal.SIGTERM if number == signal.SIGUSR1 else number)
+            # torchrun's agent passes on the signal the scheduler already sent to every process of the job:
+            # a repeat changes nothing (SIGKILL at the end of the grace period is what ends a stuck run).
+            print(f"{signal.Signals(number).name} again: already stopping", file=sys.stderr, flush=True)
             return
         self.signal_name = signal.Signals(number).name
         self.received_at = time.monotonic()
