@@ -108,7 +108,7 @@ def test_two_preempted_processes_checkpoint_together_and_resume(
     tmp_path: Path, algorithm: str, stop: signal.Signals
 ) -> None:
     """The scheduler signals every process (Slurm does, to each of a step's processes): the launcher
-    passes the signal on as well, so each worker gets it twice. torchrun's agent passes on SIGUSR1 only
+    passes the signal on as well, so each worker may get it twice. torchrun's agent passes on SIGUSR1 only
     when told to (docs/scaling.md)."""
     run = tmp_path / "run"
     command = two_process_command(algorithm, run, f"training.max_steps={BUDGET}")
@@ -120,7 +120,9 @@ def test_two_preempted_processes_checkpoint_together_and_resume(
     # torchrun's agent ends with 128 + the signal's number once its workers are done; each worker's own
     # exit is 75, and run_summary.json says preempted.
     assert launcher.returncode == 128 + stop, output[-3000:]
-    assert f"{stop.name} again: already stopping" in output
+    # Each worker notes the signal once, whether the scheduler's or the agent's copy came first (two copies
+    # that arrive together are one to Python; the repeat is tested in tests/training/test_preemption.py).
+    assert output.count(f"{stop.name} received:") == 2, output[-3000:]
     assert "Traceback" not in output.split("torch.distributed.elastic")[0]
     summary = json.loads((run / "run_summary.json").read_text())
     assert summary["status"] == "preempted" and 3 <= summary["steps"] < BUDGET
