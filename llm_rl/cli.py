@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llm_rl.errors import UserInputError
+from llm_rl.errors import TrainingFailure, UserInputError
 
 if TYPE_CHECKING:
     from llm_rl.tools.serve.limits import ServeLimits
@@ -60,6 +60,11 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except TrainingFailure as err:
+        if args.debug:
+            raise
+        print(f"training failed: {err}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as err:
         if args.debug:

@@ -1,7 +1,7 @@
 """Errors that are the user's to fix: bad recipes, data, reward functions or model paths.
 
 Every entry point turns a `UserInputError` into one line on stderr and exit code 2; anything else is a
-failure while training (exit code 1).
+failure while training (exit code 1), a `TrainingFailure` one that says in its own words what to do.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ class ModelError(UserInputError):
 
 class CheckpointError(UserInputError):
     """A checkpoint whose files are missing, unreadable or do not fit the run (`where` names the file)."""
+
+
+class TrainingFailure(Exception):
+    """A failure while training whose message says what happened and what to do (exit code 1, no
+    traceback unless `--debug`): a full disk, say."""
 
 
 def first_line(err: BaseException) -> str:

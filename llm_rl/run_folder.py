@@ -34,6 +34,26 @@ def write_atomic(path: Path, text: str) -> None:
     partial.replace(path)
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting one and putting it back: POSIX offers no other way; the
+    stricter one set meanwhile can only make a file another thread creates more private)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(folder: Path) -> None:
+    """Give `folder` and everything under it the modes the user's umask gives new files and folders.
+
+    safetensors writes weights 0600 and `tempfile.mkdtemp` makes folders 0700, whatever the umask: on a
+    shared cluster the user's group could not read a checkpoint, a final model or an export.
+    """
+    mask = current_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def read_rows(folder: Path) -> list[dict[str, Any]]:
     """The metric rows of a run folder."""
     path = folder / METRICS_FILE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LLM_RL, run_entry, write_recipe
+from tests.conftest import ACCELERATE_LAUNCH, LLM_RL, run_entry, sets, write_recipe
 
 
 def prompts_file(tmp_path: Path) -> Path:
@@ -62,6 +62,29 @@ def test_entry_point_reports_bad_input_the_same_way(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "training.learning_rat: unknown key (did you mean 'learning_rate'?)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_bad_input_under_accelerate_launch_is_said_first_and_touches_nothing(
+    tmp_path: Path, quiet: bool
+) -> None:
+    """accelerate's launcher ends with its own exit code 1 whatever its process's code was, and adds a
+    traceback of its own unless `--quiet` (README, "Exit codes")."""
+    run = tmp_path / "run"
+    launcher = [*ACCELERATE_LAUNCH, "--num_processes", "1", "--cpu", *(["--quiet"] if quiet else [])]
+    overrides = sets("training.max_stepz=2", f"run.output_dir={run}")
+    result = run_entry(["recipes/ppo.py", *overrides], launcher=launcher, timeout=120)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].endswith(
+        "training.max_stepz: unknown key (did you mean 'max_steps'?)"
+    )
+    if quiet:
+        assert "Traceback" not in result.stderr
+    else:
+        assert result.stderr.index(errors[0]) < result.stderr.index("Traceback"), "llm_rl's line comes first"
+        assert "returned non-zero exit status 2" in result.stderr
+    assert not run.exists(), "bad input must not create a run folder"
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

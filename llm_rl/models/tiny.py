@@ -24,6 +24,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from llm_rl.data.tasks import format_answer, format_prompt
+from llm_rl.run_folder import apply_umask
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 # Special tokens first (ids 0..3), then every character the task's text uses.
@@ -80,6 +81,7 @@ def build_atomically(target: Path, build: Callable[[Path], None]) -> None:
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         build(partial)
+        apply_umask(partial)
         try:
             partial.rename(target)
         except OSError:

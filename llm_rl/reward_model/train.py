@@ -27,7 +27,7 @@ from llm_rl.models.load import load_tokenizer, model_dtype, resolve_model_path, 
 from llm_rl.recipe.load import apply_override, describe_validation_error, read_recipe_file
 from llm_rl.reward_model.preferences import PreferenceDataSection, load_preferences
 from llm_rl.rewards.reward_model import reward_model_reward
-from llm_rl.run_folder import write_atomic
+from llm_rl.run_folder import apply_umask, write_atomic
 from llm_rl.schema import ModelSection, RunSection, Section, WandbSection
 from llm_rl.training.args import device_args
 
@@ -184,6 +184,7 @@ def train_reward_model(recipe: RewardModelRecipe) -> dict[str, Any]:
     trainer.save_model(str(staging / FINAL_DIR))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(staging / FINAL_DIR))
+        apply_umask(staging / FINAL_DIR)
         final = folder / FINAL_DIR
         if final.exists():
             shutil.rmtree(final)

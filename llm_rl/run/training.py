@@ -33,6 +33,7 @@ from llm_rl.run_folder import (
     RECIPE_FILE,
     SUMMARY_FILE,
     RunFolderLock,
+    apply_umask,
     checkpoint_step,
     read_rows,
     reward_series,
@@ -48,6 +49,7 @@ from llm_rl.training.checkpoints import (
     newest_readable,
     read_state,
 )
+from llm_rl.training.disk_space import DiskFull, disk_full_message, is_out_of_space, warn_if_no_room
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 from llm_rl.training.evaluation import held_out_reward
 from llm_rl.training.lost_ranks import ProcessRoll
@@ -156,6 +158,7 @@ def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
     trainer.accelerator.wait_for_everyone()
     if is_main_process():
         (components.saved_tokenizer or components.tokenizer).save_pretrained(str(partial))
+        apply_umask(partial)
         if final.exists():
             shutil.rmtree(final)
         partial.rename(final)
@@ -236,6 +239,8 @@ def train_locked(
     alerts = Alerts(recipe.monitoring.alerts, notify=wandb_notifier(stage.run_sinks if stage else sinks))
     if resume_from is not None:
         restore_watchers(resume_from, folder, score, early_stopping)
+        if is_main_process():
+            warn_if_no_room(resume_from)
     metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
     checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
     no_broken_saves = NoNonFiniteSaves()
@@ -281,9 +286,11 @@ def train_locked(
                 status = "early_stopped"
             else:
                 status = "completed"
-    except Exception:
+    except Exception as err:
         if roll is not None:
             roll.report_lost()
+        if is_out_of_space(err, folder):
+            raise disk_full(folder) from err
         raise
     finally:
         preemption.uninstall()
@@ -299,5 +306,26 @@ def train_locked(
                     file=sys.stderr,
                 )
         if is_main_process():
-            write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+            write_summary(folder, summary)
     return summary
+
+
+def disk_full(folder: Path) -> DiskFull:
+    """The error a run stops with when its disk is full, once the half-written checkpoint that took the
+    last of the space is gone (nothing half-written counts as a checkpoint)."""
+    if is_main_process():
+        clear_staging(folder)
+    readable, _ = newest_readable(folder)
+    return DiskFull(disk_full_message(folder, readable))
+
+
+def write_summary(folder: Path, summary: dict[str, Any]) -> None:
+    """Write run_summary.json; on a disk still full, say so rather than hide the error the run stopped
+    with (without a summary the run counts as unfinished, and the same command resumes it)."""
+    try:
+        write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    except OSError as err:
+        if not is_out_of_space(err, folder):
+            raise
+        (folder / f".{SUMMARY_FILE}.partial").unlink(missing_ok=True)
+        print(f"warning: {folder / SUMMARY_FILE} not written: no space left", file=sys.stderr)

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from llm_rl.errors import ModelError, first_line
 from llm_rl.models.load import is_adapter_folder, merged_adapter_path
-from llm_rl.run_folder import FINAL_DIR, VALUE_MODEL_DIR
+from llm_rl.run_folder import FINAL_DIR, VALUE_MODEL_DIR, apply_umask
 from llm_rl.training.checkpoint_files import STATE_FILE, check_checkpoint
 from llm_rl.training.checkpoints import list_checkpoints
 
@@ -61,6 +61,7 @@ def export_policy(source: Path, output: Path, dtype: str, merge_lora: bool) -> P
             raise ModelError(f"the policy does not load: {first_line(err)}", where=str(weights)) from None
         model.save_pretrained(partial, safe_serialization=True)
         AutoTokenizer.from_pretrained(folder).save_pretrained(partial)
+    apply_umask(partial)
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.exists():
         output.rmdir()

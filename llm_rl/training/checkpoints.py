@@ -26,7 +26,9 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from llm_rl.errors import CheckpointError, UserInputError
+from llm_rl.run_folder import apply_umask
 from llm_rl.training.checkpoint_files import STATE_FILE, check_checkpoint, manifest, read_checkpoint_state
+from llm_rl.training.disk_space import warn_if_no_room
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
 
 ROLLED_BACK_DIR = "rolled_back"
@@ -128,10 +130,10 @@ class CheckpointManager(TrainerCallback):
             output_dir = Path(args.output_dir)
             staged = output_dir / STAGING_DIR / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
             samples = self.count_samples(state, {})
-            self.complete(
-                staged, output_dir / f"{PREFIX_CHECKPOINT_DIR}-{samples}", state.global_step, samples
-            )
+            target = output_dir / f"{PREFIX_CHECKPOINT_DIR}-{samples}"
+            self.complete(staged, target, state.global_step, samples)
             self.rotate(output_dir)
+            warn_if_no_room(target)
         PartialState().wait_for_everyone()
 
     def complete(self, staged: Path, target: Path, step: int, samples: int) -> None:
@@ -147,6 +149,7 @@ class CheckpointManager(TrainerCallback):
             "files": manifest(staged),
         }
         (staged / STATE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        apply_umask(staged)
         if target.exists():  # saved again at the same step (a stop right after a periodic save)
             shutil.rmtree(target)
         staged.rename(target)
