@@ -64,6 +64,11 @@ from llm_rl.training.args import checkpointing_field
 from llm_rl.training.checkpoint_files import load_weights
 from llm_rl.training.checkpoints import StagedCheckpoints
 from llm_rl.training.evaluation import EvaluateAtStart, HeldOutReward
+from llm_rl.training.trainer_internals import (
+    load_optimizer_scheduler_and_scaler,
+    load_rng_state,
+    save_checkpoint,
+)
 
 POLICY_GROUP, VALUE_GROUP = "policy", "value"
 
@@ -290,7 +295,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
-                self._save_checkpoint(self.model_wrapped, trial=None)
+                save_checkpoint(self)
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
 
@@ -428,7 +433,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         stats: dict[str, list[torch.Tensor]] = {}
         for index, micro in enumerate(micro_batches):
             last = index == len(micro_batches) - 1
-            accelerator.gradient_state._set_sync_gradients(last)
+            accelerator.sync_gradients = last
             syncing = last or self.is_deepspeed_enabled
             with nullcontext() if syncing else accelerator.no_sync(self.model_wrapped):
                 loss, micro_stats = self.micro_batch_loss(
@@ -602,15 +607,14 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         else:
             load_weights(self.model.policy, Path(checkpoint))
             load_weights(self.model.critic, Path(checkpoint) / VALUE_MODEL_DIR)
-        self._load_optimizer_and_scheduler(checkpoint)
-        self._load_scaler(checkpoint)
+        load_optimizer_scheduler_and_scaler(self, checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
         self.state.global_step = saved.global_step
         self.state.epoch = saved.epoch
         self.state.log_history = saved.log_history
         for _ in range(saved.global_step):
             next(batches)
-        self._load_rng_state(checkpoint)
+        load_rng_state(self, checkpoint)
 
 
 class PromptCollator:
