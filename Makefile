@@ -18,7 +18,13 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_TORCH_SPEC ?= torch==2.13.0+cpu
 VLLM_CPU_BUILD := $(shell [ "$$(uname -sm)" = "Linux x86_64" ] && echo yes)
 
-.PHONY: setup demo test test-main test-vllm vllm-env lint format clean
+# The lowest versions pyproject.toml admits for transformers, accelerate, TRL, PEFT, datasets and DeepSpeed
+# (scripts/floor_requirements.py reads them from it), in an environment of their own, on .venv's torch.
+FLOORS_VENV ?= .venv-floors
+FLOORS_PY := $(FLOORS_VENV)/bin/python
+FLOORS_STAMP := $(FLOORS_VENV)/.installed
+
+.PHONY: setup demo test test-main test-floors floors-env test-vllm vllm-env lint format clean
 
 setup: $(STAMP)
 
@@ -36,11 +42,27 @@ ALGORITHM ?= ppo
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/accelerate launch --num_processes 1 --cpu recipes/$(ALGORITHM).py $(ARGS)
 
-# The suite in .venv, then the vLLM tests in .venv-vllm (where vLLM's CPU build installs).
-test: test-main test-vllm
+# The suite in .venv, the tests marked floors at the lowest versions admitted, then the vLLM tests in
+# .venv-vllm (where vLLM's CPU build installs).
+test: test-main test-floors test-vllm
 
 test-main: $(STAMP)
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest $(PYTEST_ARGS)
+
+floors-env: $(FLOORS_STAMP)
+
+$(FLOORS_STAMP): pyproject.toml scripts/floor_requirements.py
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_PY) -m pip install --quiet --upgrade pip
+	$(FLOORS_PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(FLOORS_PY) -m pip install --quiet -e ".[dev]" $$($(PYTHON) scripts/floor_requirements.py)
+	touch $(FLOORS_STAMP)
+
+# Training, checkpoints and resume for each algorithm, DeepSpeed and LoRA at the floors. A model cache of
+# its own: a folder saved by transformers 5 does not load in 4.x.
+test-floors: $(FLOORS_STAMP)
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_CACHE=$(CURDIR)/.pytest_cache/llm_rl_floors \
+		$(FLOORS_PY) -m pytest -m floors $(PYTEST_ARGS)
 
 vllm-env: $(VLLM_STAMP)
 
@@ -74,4 +96,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) $(FLOORS_VENV) runs

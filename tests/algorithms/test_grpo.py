@@ -148,6 +148,7 @@ def test_grpo_section_reaches_trl_config(tmp_path: Path) -> None:
     assert samples_per_step(recipe) == 64 // 2
 
 
+@pytest.mark.floors
 def test_lora_policy_trains_and_saves_an_adapter(tmp_path: Path) -> None:
     result = run_entry(
         [

@@ -546,6 +546,7 @@ def test_stop_tokens_follow_the_ppo_section(tmp_path: Path, overrides: list[str]
     assert ids == ([components.tokenizer.eos_token_id] if expected == "eos" else expected)
 
 
+@pytest.mark.floors
 def test_lora_policy_trains_with_the_adapter_off_as_reference(tmp_path: Path) -> None:
     """With LoRA on there is no second policy copy: the reference is the policy with its adapter off."""
     recipe = small_ppo_recipe(tmp_path / "run", "model.lora.enabled=true", "model.lora.r=4")

@@ -19,6 +19,9 @@ from llm_rl.models.tiny import build_tokenizer
 from llm_rl.recipe.load import load_recipe
 from tests.conftest import ACCELERATE_LAUNCH, REPO, run_entry
 
+# Also run at the lowest versions pyproject.toml admits (`make test-floors`).
+pytestmark = pytest.mark.floors
+
 ZERO2 = str(REPO / "accelerate_configs" / "cpu_zero2_2proc.yaml")
 ZERO3 = str(REPO / "accelerate_configs" / "cpu_zero3_2proc.yaml")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -34,6 +35,7 @@ def test_export_writes_the_policy_in_the_dtype_asked(tmp_path: Path) -> None:
     assert again.returncode == 2 and "not empty" in again.stderr
 
 
+@pytest.mark.floors
 def test_export_of_a_lora_run_keeps_or_merges_the_adapter(tmp_path: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

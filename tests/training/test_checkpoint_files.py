@@ -37,6 +37,7 @@ def test_full_weights_load_in_place(tmp_path: Path) -> None:
     assert all(torch.equal(model.state_dict()[key], value) for key, value in saved.items())
 
 
+@pytest.mark.floors
 def test_a_lora_adapter_loads_into_its_peft_model(tmp_path: Path) -> None:
     config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     torch.manual_seed(0)

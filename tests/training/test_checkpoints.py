@@ -131,6 +131,7 @@ def rows_written(run: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
 
 
+@pytest.mark.floors
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_resumed_run_ends_with_the_same_weights_as_a_straight_one(tmp_path: Path, algorithm: str) -> None:
     common = ["checkpointing.every=2", "checkpointing.unit=steps", "training.lr_scheduler=constant"]

@@ -21,6 +21,9 @@ from llm_rl.training.trainer_internals import (
     save_checkpoint,
 )
 
+# Also run at the lowest versions pyproject.toml admits (`make test-floors`).
+pytestmark = pytest.mark.floors
+
 CHECKPOINT_FILES = {
     "model.safetensors",
     "optimizer.pt",
