@@ -1,8 +1,8 @@
 """One PPO batch on one process (`Rollout`), and the step that turns its scores into advantages.
 
 The trainer fills a `Rollout` with what the policy generated and how it scored, then
-`estimate_advantages` adds the KL penalty, the per-token rewards, GAE's advantages and the returns,
-with the maths of `llm_rl.algorithms.ppo.core`. Kept apart from the trainer so that a recorded rollout can be
+`estimate_advantages` adds the KL penalty, GAE's advantages and the returns (the maths of
+`llm_rl.algorithms.ppo.core`, through the estimator registry of `llm_rl.algorithms.ppo.estimators`). Kept apart from the trainer so that a recorded rollout can be
 replayed through the same code (tests/algorithms/test_ppo_parity.py).
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from llm_rl.algorithms.ppo import core
+from llm_rl.algorithms.ppo.estimators import ESTIMATORS, AdvantageInputs
 from llm_rl.models.completions import ends_with_stop
 
 
@@ -126,20 +127,25 @@ def estimate_advantages(rollout: Rollout, settings: AdvantageSettings) -> Rollou
     ref_logprobs = rollout.ref_logprobs.masked_fill(~response_mask, 0.0)
     values = rollout.values.masked_fill(~value_mask, 0.0)
     kl = core.kl_estimate(logprobs, ref_logprobs, settings.kl_estimator)
-    rewards, kl_penalty = core.token_rewards(rollout.scores, kl, rollout.lengths, settings.kl_coef)
-    if settings.whiten_rewards:
-        rewards = core.masked_whiten(rewards, value_mask, shift_mean=False).masked_fill(~value_mask, 0.0)
-    advantages, returns = core.gae(rewards, values, settings.gamma, settings.lam)
-    if settings.whiten_advantages:
-        advantages = core.masked_whiten(advantages, response_mask)
-    advantages = advantages.masked_fill(~response_mask, 0.0)
+    inputs = AdvantageInputs(
+        scores=rollout.scores,
+        kl=kl,
+        lengths=rollout.lengths,
+        kl_coef=settings.kl_coef,
+        gamma=settings.gamma,
+        lam=settings.lam,
+        values=values,
+        whiten_rewards=settings.whiten_rewards,
+        whiten_advantages=settings.whiten_advantages,
+    )
+    advantages, returns = ESTIMATORS["gae"].estimate(inputs)
     return dataclasses.replace(
         rollout,
         logprobs=logprobs,
         ref_logprobs=ref_logprobs,
         values=values,
         kl=kl,
-        kl_penalty=kl_penalty,
+        kl_penalty=-settings.kl_coef * kl,
         advantages=advantages,
         returns=returns,
     )
