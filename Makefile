@@ -56,7 +56,8 @@ $(FLOORS_STAMP): pyproject.toml scripts/floor_requirements.py
 	$(PYTHON) -m venv $(FLOORS_VENV)
 	$(FLOORS_PY) -m pip install --quiet --upgrade pip
 	$(FLOORS_PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(FLOORS_PY) -m pip install --quiet -e ".[dev]" $$($(PYTHON) scripts/floor_requirements.py)
+	$(PYTHON) scripts/floor_requirements.py > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_PY) -m pip install --quiet -e ".[dev]" $$(cat $(FLOORS_VENV)/floors.txt)
 	touch $(FLOORS_STAMP)
 
 # Training, checkpoints and resume for each algorithm, DeepSpeed and LoRA at the floors. A model cache of

@@ -7,7 +7,7 @@ failure while training (exit code 1), a `TrainingFailure` one that says in its o
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 
 class UserInputError(Exception):
@@ -41,6 +41,15 @@ class CheckpointError(UserInputError):
 class TrainingFailure(Exception):
     """A failure while training whose message says what happened and what to do (exit code 1, no
     traceback unless `--debug`): a full disk, say."""
+
+
+def causes(err: BaseException) -> Iterator[BaseException]:
+    """The error and those it was raised from or during, each once."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
 
 
 def first_line(err: BaseException) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,14 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def current_umask() -> int:
-    """The process's umask (read by setting one and putting it back: POSIX offers no other way; the
+    """The process's umask: from /proc where Linux has it, else by setting one and putting it back (the
     stricter one set meanwhile can only make a file another thread creates more private)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
@@ -46,12 +53,23 @@ def apply_umask(folder: Path) -> None:
     """Give `folder` and everything under it the modes the user's umask gives new files and folders.
 
     safetensors writes weights 0600 and `tempfile.mkdtemp` makes folders 0700, whatever the umask: on a
-    shared cluster the user's group could not read a checkpoint, a final model or an export.
+    shared cluster the user's group could not read a checkpoint, a final model or an export. Execute bits
+    a file has are kept (DeepSpeed's `zero_to_fp32.py`); paths already right are not touched (a metadata
+    write each, costly on Lustre). Best effort: a filesystem that refuses modes (object-store mounts,
+    root-squashed NFS) leaves them as they are, with one warning.
     """
     mask = current_umask()
     for path in [folder, *folder.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+        if path.is_symlink():
+            continue
+        try:
+            mode = path.stat().st_mode & 0o777
+            wanted = (0o777 if path.is_dir() or mode & 0o111 else 0o666) & ~mask
+            if mode != wanted:
+                path.chmod(wanted)
+        except OSError as err:
+            print(f"warning: {folder}: file modes left as they are ({err})", file=sys.stderr)
+            return
 
 
 def read_rows(folder: Path) -> list[dict[str, Any]]:

@@ -149,11 +149,16 @@ def restore_watchers(
         early_stopping.load_state_dict(saved)
 
 
+def final_partial(folder: Path) -> Path:
+    """Where `final/` is written before it is renamed into place."""
+    return folder / f".{FINAL_DIR}.partial"
+
+
 def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
     """Save the trained policy and the user's tokenizer as a `save_pretrained` folder, replacing any
     earlier one."""
     final = folder / FINAL_DIR
-    partial = folder / f".{FINAL_DIR}.partial"
+    partial = final_partial(folder)
     trainer.save_model(str(partial))
     trainer.accelerator.wait_for_everyone()
     if is_main_process():
@@ -288,7 +293,7 @@ def train_locked(
                 status = "completed"
     except Exception as err:
         if roll is not None:
-            roll.report_lost()
+            roll.report_lost(err)
         if is_out_of_space(err, folder):
             raise disk_full(folder) from err
         raise
@@ -307,14 +312,19 @@ def train_locked(
                 )
         if is_main_process():
             write_summary(folder, summary)
+        if status == "preempted":
+            # No process leaves before the summary says preempted: a launcher that ends first gets the
+            # others killed (srun --kill-on-bad-exit), and a requeue is decided by the summary.
+            trainer.accelerator.wait_for_everyone()
     return summary
 
 
 def disk_full(folder: Path) -> DiskFull:
-    """The error a run stops with when its disk is full, once the half-written checkpoint that took the
-    last of the space is gone (nothing half-written counts as a checkpoint)."""
+    """The error a run stops with when its disk is full, once the half-written checkpoint or final model
+    that took the last of the space is gone (nothing half-written counts as one)."""
     if is_main_process():
         clear_staging(folder)
+        shutil.rmtree(final_partial(folder), ignore_errors=True)
     readable, _ = newest_readable(folder)
     return DiskFull(disk_full_message(folder, readable))
 

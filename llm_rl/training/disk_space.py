@@ -2,28 +2,31 @@
 of one checkpoint ahead.
 
 Writers report a full disk (or an exceeded quota) differently: Python's own writes as `OSError` with
-errno ENOSPC, safetensors as `SafetensorError: ... No space left on device (os error 28)`, and
-`torch.save` (optimizer, RNG and DeepSpeed states) as a bare `RuntimeError` from its zip writer
-(`[enforce fail at inline_container.cc] ... unexpected pos`), with the errno lost. That last one counts
-as a full disk only when the disk is in fact (nearly) full.
+errno ENOSPC or EDQUOT and the file's name, safetensors as `SafetensorError: ... No space left on device
+(os error 28)`, and `torch.save` (optimizer, RNG and DeepSpeed states) as a bare `RuntimeError` from its
+zip writer (`[enforce fail at inline_container.cc] ... unexpected pos`), with the errno lost. An error
+naming a file counts when the file is in the run folder; one that names none counts when a small probe
+write into the run folder fails for want of space too. So a full /dev/shm, /tmp or cache elsewhere keeps
+its own message, and a quota or a full Lustre target, which free-space figures do not show, is found.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-from llm_rl.errors import TrainingFailure
+from llm_rl.errors import TrainingFailure, causes
 
 OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 OUT_OF_SPACE_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "os error 28")
 # torch's zip writer, which reports a failed write without its cause.
 TORCH_WRITER_WORDS = ("inline_container", "pytorchstreamwriter", "file write failed")
-# Below this, a disk is full for any write a checkpoint makes.
-NEARLY_FULL_BYTES = 64 * 2**20
+# What the probe writes (and removes): more than a filesystem's block, less than any checkpoint.
+PROBE_BYTES = 2**20
+PROBE_FILE = ".llm_rl-space-probe"
 
 
 class DiskFull(TrainingFailure):
@@ -41,26 +44,38 @@ def in_gib(size: int) -> str:
     return f"{size / 2**30:.2f} GiB" if size >= 2**28 else f"{size / 2**20:.1f} MiB"
 
 
-def causes(err: BaseException) -> Iterator[BaseException]:
-    """The error and those it was raised from or during, each once."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        yield err
-        err = err.__cause__ or err.__context__
-
-
 def is_out_of_space(err: BaseException, folder: Path) -> bool:
-    """Whether `err` is a write into `folder` that failed because its filesystem is full."""
+    """Whether `err` is a write into `folder` that failed because its filesystem is full (or the user's
+    quota on it is spent)."""
     for cause in causes(err):
-        if isinstance(cause, OSError) and cause.errno in OUT_OF_SPACE_ERRNOS:
-            return True
+        if isinstance(cause, OSError) and cause.errno in OUT_OF_SPACE_ERRNOS and cause.filename:
+            return is_within(Path(str(cause.filename)), folder)
         text = str(cause).lower()
-        if any(words in text for words in OUT_OF_SPACE_WORDS):
-            return True
-        if any(words in text for words in TORCH_WRITER_WORDS) and free_bytes(folder) < NEARLY_FULL_BYTES:
-            return True
+        if any(words in text for words in (*OUT_OF_SPACE_WORDS, *TORCH_WRITER_WORDS)) or (
+            isinstance(cause, OSError) and cause.errno in OUT_OF_SPACE_ERRNOS
+        ):
+            return not room_to_write(folder)
     return False
+
+
+def is_within(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def room_to_write(folder: Path) -> bool:
+    """Whether a small write into `folder` (flushed to the device) succeeds, or fails for another reason
+    than space."""
+    probe = folder / PROBE_FILE
+    try:
+        with probe.open("wb") as file:
+            file.write(bytes(PROBE_BYTES))
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as err:
+        return err.errno not in OUT_OF_SPACE_ERRNOS
+    finally:
+        probe.unlink(missing_ok=True)
+    return True
 
 
 def disk_full_message(folder: Path, last_checkpoint: Path | None) -> str:

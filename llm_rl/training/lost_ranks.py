@@ -6,7 +6,9 @@ where, is what the person reading the log needs. Each process therefore writes i
 the rendezvous store at the start (torchrun's agent keeps that store alive whatever happens to its
 workers). When training fails in a process, it marks itself as a survivor, marks as lost every peer on
 its own host whose process is gone, and waits a few seconds for the others to do the same; the lowest
-surviving rank then prints one line naming each rank that is gone or never answered.
+surviving rank then prints one line naming each rank that is gone or never answered, when one is known
+to be gone or the failure is a broken collective (a process that fails alone leaves its peers waiting,
+alive: they are not lost).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from datetime import timedelta
 
 import torch
+
+from llm_rl.errors import causes
 
 # How long a failing process waits for the other survivors to speak up before it names the silent ones.
 ANSWER_SECONDS = 3.0
@@ -38,6 +42,20 @@ def process_is_gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+# How gloo, NCCL and the TCP store report a peer that went away.
+BROKEN_COLLECTIVE_WORDS = ("connection reset", "connection closed", "broken pipe", "nccl", "gloo")
+
+
+def is_broken_collective(err: BaseException) -> bool:
+    """Whether `err` is a collective or the store failing because a peer went away."""
+    for cause in causes(err):
+        if isinstance(cause, torch.distributed.DistError | ConnectionError):
+            return True
+        if any(words in str(cause).lower() for words in BROKEN_COLLECTIVE_WORDS):
+            return True
+    return False
 
 
 class ProcessRoll:
@@ -96,10 +114,17 @@ class ProcessRoll:
                 lost[rank] = f"{where}, not answering"
         return lost
 
-    def report_lost(self) -> None:
-        """Print one line naming the lost ranks, from the lowest surviving rank; never raises."""
+    def report_lost(self, err: BaseException) -> None:
+        """Print one line naming the lost ranks, from the lowest surviving rank; never raises.
+
+        Only when a rank is known to be gone, or `err` is a broken collective: a process that fails on
+        its own (a full disk, a reward function's error) leaves the others waiting in a collective,
+        alive, and names no one.
+        """
         try:
             lost = self.lost_ranks()
+            if not is_broken_collective(err) and not any(what.endswith("gone") for what in lost.values()):
+                return
             survivors = [rank for rank in range(self.world_size) if rank not in lost]
         except Exception:  # the store itself is gone with the node that held it
             print(

@@ -213,3 +213,11 @@ def test_the_spellings_of_trl_openrlhf_and_verl_find_the_same_estimator(spelling
 def test_an_unknown_estimator_is_refused_with_the_known_names() -> None:
     with pytest.raises(ValueError, match="unknown advantage estimator 'vtrace'; known: gae, reinforce_pp"):
         find_estimator("vtrace")
+
+
+@pytest.mark.parametrize("lengths", [[0], []])
+def test_global_whitening_of_one_token_or_none_is_finite(lengths: list[int]) -> None:
+    values = tensor([[3.0, 0.0]] * len(lengths)).reshape(len(lengths), 2)
+    mask = core.response_masks(torch.tensor(lengths, dtype=torch.long), 2)[0]
+    whitened = global_whiten(values, mask, all_reduce=lambda totals: totals)
+    assert torch.isfinite(whitened).all() and not whitened.any()

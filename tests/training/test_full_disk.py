@@ -7,6 +7,7 @@ than a checkpoint takes (mounting needs root, as on CI's machine; elsewhere the 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from llm_rl.training.checkpoint_files import check_checkpoint
 from llm_rl.training.checkpoints import STAGING_DIR, list_checkpoints
-from llm_rl.training.disk_space import folder_size
+from llm_rl.training.disk_space import folder_size, is_out_of_space
 from tests.conftest import entry, rows, run_entry
 
 EVERY_TWO_STEPS = ["checkpointing.every=2", "checkpointing.unit=steps"]
@@ -77,3 +78,21 @@ def test_a_checkpoint_that_does_not_fit_stops_the_run_and_loses_the_previous_one
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run / "run_summary.json").read_text())["status"] == "completed"
     assert [row["step"] for row in rows(run)] == list(range(1, 7)), "no gap, no duplicate"
+
+
+def test_only_a_full_run_folder_counts_as_a_full_disk(small_disk: Path, tmp_path: Path) -> None:
+    """A full /dev/shm elsewhere keeps its own error; torch's writer, which names no file, counts when a
+    probe write into the run folder fails too."""
+    run = small_disk / "run"
+    run.mkdir()
+    elsewhere = OSError(errno.ENOSPC, "No space left on device", "/dev/shm/torch_1234")
+    torch_writer = RuntimeError(
+        "[enforce fail at inline_container.cc:672] . unexpected pos 2531968 vs 2531856"
+    )
+    assert not is_out_of_space(elsewhere, run)
+    assert is_out_of_space(OSError(errno.ENOSPC, "No space left on device", str(run / "x")), run)
+    assert not is_out_of_space(torch_writer, run), "room left: another cause"
+    ballast = fill(small_disk, leave=0)
+    assert is_out_of_space(torch_writer, run)
+    ballast.unlink()
+    assert not list(run.iterdir()), "the probe leaves nothing behind"

@@ -139,13 +139,16 @@ def global_whiten(
     values: torch.Tensor, mask: torch.Tensor, all_reduce: Callable[[torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
     """(values - mean) / std over the masked positions of every process (unbiased variance, as
-    `core.masked_whiten`, which this equals on one process); 0 past each response."""
-    weights = mask.to(values.dtype)
-    count, total = all_reduce(torch.stack([weights.sum(), (values * weights).sum()]))
-    mean = total / count
-    squares = all_reduce(((values - mean) ** 2 * weights).sum())
-    variance = squares / (count - 1)
-    return ((values - mean) * torch.rsqrt(variance + 1e-8)).masked_fill(~mask, 0.0)
+    `core.masked_whiten`, which this equals on one process); 0 past each response. The sums are taken in
+    float64 (a token count is inexact in bf16); a batch of one token is only centred."""
+    weights = mask.to(torch.float64)
+    wide = values.to(torch.float64)
+    count, total = all_reduce(torch.stack([weights.sum(), (wide * weights).sum()]))
+    mean = total / count.clamp(min=1)
+    squares = all_reduce(((wide - mean) ** 2 * weights).sum())
+    variance = squares / (count - 1) if count > 1 else torch.ones_like(squares)
+    whitened = (wide - mean) * torch.rsqrt(variance + 1e-8)
+    return whitened.to(values.dtype).masked_fill(~mask, 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
