@@ -47,8 +47,12 @@ demo: $(STAMP)
 # .venv-vllm (where vLLM's CPU build installs).
 test: test-main test-floors test-vllm
 
+# Each environment compiles DeepSpeed's CPU ops (its shared-memory collectives) into a folder of its own:
+# in torch's one shared folder, a build by another DeepSpeed version, or a build lock left by a killed
+# run, makes every later DeepSpeed launch fail or wait for ever.
 test-main: $(STAMP)
-	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch_extensions \
+		$(PY) -m pytest $(PYTEST_ARGS)
 
 floors-env: $(FLOORS_STAMP)
 
@@ -64,6 +68,7 @@ $(FLOORS_STAMP): pyproject.toml scripts/floor_requirements.py
 # its own: a folder saved by transformers 5 does not load in 4.x.
 test-floors: $(FLOORS_STAMP)
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_CACHE=$(CURDIR)/.pytest_cache/llm_rl_floors \
+		TORCH_EXTENSIONS_DIR=$(CURDIR)/$(FLOORS_VENV)/torch_extensions \
 		$(FLOORS_PY) -m pytest -m floors $(PYTEST_ARGS)
 
 vllm-env: $(VLLM_STAMP)
@@ -84,6 +89,7 @@ ifeq ($(VLLM_CPU_BUILD),yes)
 	$(MAKE) vllm-env
 	# A model cache of its own: the embedded model is built by each environment's transformers.
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline LLM_RL_REQUIRE_VLLM=1 LLM_RL_CACHE=$(CURDIR)/.pytest_cache/llm_rl_vllm \
+		TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VLLM_VENV)/torch_extensions \
 		$(VLLM_PY) -m pytest -m vllm $(PYTEST_ARGS)
 else
 	@echo "test-vllm: vLLM's CPU build is for x86_64 Linux; this host is $$(uname -sm): vLLM tests not run"
