@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from llm_rl.errors import TrainingFailure, causes
+from llm_rl.training.checkpoint_files import manifest
 
 OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 OUT_OF_SPACE_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "os error 28")
@@ -94,7 +95,8 @@ def disk_full_message(folder: Path, last_checkpoint: Path | None) -> str:
 
 
 def folder_size(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    """Bytes of every file under `folder` (a checkpoint's `manifest`, summed)."""
+    return sum(manifest(folder).values())
 
 
 def warn_if_no_room(checkpoint: Path) -> None:
