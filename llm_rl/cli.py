@@ -129,7 +129,7 @@ def command_migrate(args: argparse.Namespace) -> int:
     """Convert a GRPO recipe (ours or a flat TRL-style YAML) to PPO, or back, and print what became of each key."""
     from llm_rl.recipe.migration import migrate, write_recipe
 
-    migration = migrate(args.recipe, args.to, args.warm_start, args.processes, args.command)
+    migration = migrate(args.recipe, args.to, args.warm_start, args.processes, args.command, args.overrides)
     write_recipe(migration, args.recipe, args.output, args.to)
     print(migration.table())
     if migration.warnings:
@@ -287,6 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the target algorithm: grpo, ppo or rloo (default ppo)",
     )
     migrate_parser.add_argument("-o", "--output", type=Path, required=True, help="the recipe to write")
+    migrate_parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a key of the result, e.g. --set ppo.advantage_estimator=group (repeatable; YAML value)",
+    )
     migrate_parser.add_argument(
         "--warm-start",
         metavar="MODEL_DIR",

@@ -118,6 +118,7 @@ def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
         "cliprange_value": "GRPO has no value loss",
         "gamma": "GRPO's advantage is the group-normalised reward, not GAE",
         "lam": "GRPO's advantage is the group-normalised reward, not GAE",
+        "advantage_estimator": "GRPO's advantage is always the group-standardised reward (PPO's estimator: group)",
         "whiten_rewards": "nearest: grpo.scale_rewards",
         "num_mini_batches": "nearest: grpo.steps_per_generation",
         "missing_eos_penalty": "nearest: grpo.mask_truncated_completions",

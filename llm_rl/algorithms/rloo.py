@@ -129,6 +129,7 @@ def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
         **dict.fromkeys(("value_model", "critic_learning_rate", "critic_warmup_steps"), no_critic),
         **dict.fromkeys(("vf_coef", "cliprange_value"), "RLOO has no value loss"),
         **dict.fromkeys(("gamma", "lam"), "RLOO's advantage is the leave-one-out reward, not GAE"),
+        "advantage_estimator": "RLOO's advantage is always the leave-one-out reward (PPO's estimator: leave_one_out)",
         "whiten_rewards": "nearest: rloo.normalize_advantages",
         "num_mini_batches": "nearest: rloo.steps_per_generation",
         "missing_eos_penalty": "nearest: rloo.mask_truncated_completions",

@@ -22,7 +22,7 @@ from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
 from llm_rl.recipe.flat_trl import import_flat
-from llm_rl.recipe.load import read_recipe_file, read_yaml_mapping, validate_recipe
+from llm_rl.recipe.load import apply_override, read_recipe_file, read_yaml_mapping, validate_recipe
 from llm_rl.recipe.trl_launch import import_launch, is_launch_file
 from llm_rl.recipe.trl_ppo import check_not_legacy, import_trl_ppo, is_trl_ppo
 from llm_rl.schema import Recipe
@@ -54,11 +54,16 @@ def read_source(path: Path) -> tuple[dict[str, Any], bool]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def convert(source: dict[str, Any], source_algorithm: str, target: str, out: Migration) -> None:
-    """The recipe as one for `target`, into `out` with a row for each setting of the source's section."""
+def convert(
+    source: dict[str, Any], source_algorithm: str, target: str, out: Migration, chosen: dict[str, Any]
+) -> None:
+    """The recipe as one for `target`, into `out` with a row for each setting of the source's section.
+    `chosen` holds the target section's settings given with `--set` (PPO's advantage estimator, say):
+    the conversion reads them, so that what counts as a counterpart follows them."""
     recipe = copy.deepcopy(source)
     recipe["algorithm"] = target
-    section = convert_section(recipe, ALGORITHMS[source_algorithm], ALGORITHMS[target], out)
+    recipe[target] = copy.deepcopy(chosen)
+    section = {**chosen, **convert_section(recipe, ALGORITHMS[source_algorithm], ALGORITHMS[target], out)}
     for key, value, note in ALGORITHMS[target].complete_migration(recipe, section):
         out.keep("(added)", value, f"{target}.{key}", note)
     recipe[target] = section
@@ -71,7 +76,7 @@ def convert_section(
 ) -> dict[str, Any]:
     """Pop the source algorithm's section and return it as the target's: settings both have under other
     names renamed (the source's TRL defaults carried where the target's differ), keys both take kept,
-    the rest warned about."""
+    the rest warned about. `recipe` may hold the target's section with the settings chosen for it."""
     section = recipe.pop(source.NAME, {}) or {}
     fields = target.section_fields()
     renames = {
@@ -165,16 +170,18 @@ def migrate(
     warm_start: str | None = None,
     processes: int | None = None,
     command: int | None = None,
+    overrides: list[str] | None = None,
 ) -> Migration:
     """Convert the recipe at `path` to `target` (an algorithm's name), checked as `target` would run it
     on `processes` processes (default: this launch's, 1 for a plain command); `command` picks one launch
-    command out of a shell file that holds several."""
+    command out of a shell file that holds several; `overrides` (`dotted.key=value`) set keys of the
+    result, those of the target's section before the conversion reads it."""
     if target not in ALGORITHMS:
         raise RecipeError(f"--to: input should be {known_names()}, got {target!r}")
     if processes is not None and processes < 1:
         raise RecipeError(f"--processes: a run has at least 1 process, got {processes}")
     with assumed_world_size(processes or world_size()):
-        migration = convert_file(path, target, warm_start, command)
+        migration = convert_file(path, target, warm_start, command, overrides or [])
         try:
             validate_recipe(copy.deepcopy(migration.recipe), where=f"{path} migrated to {target}")
         except RecipeError as err:
@@ -187,11 +194,20 @@ def migrate(
     return migration
 
 
-def convert_file(path: Path, target: str, warm_start: str | None, command: int | None = None) -> Migration:
+def convert_file(
+    path: Path,
+    target: str,
+    warm_start: str | None,
+    command: int | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> Migration:
     """The recipe at `path` converted to `target`, each source key accounted for, not yet checked as a run.
 
     `path` is one of our recipes, a flat TRL-style YAML or JSON, or a shell file with a TRL launch command
     (the `command`-th when it holds several)."""
+    chosen: dict[str, Any] = {}
+    for override in overrides:
+        apply_override(chosen, override, where="--set")
     launch_rows: list[KeyFate] = []
     script = None
     if is_launch_file(path):
@@ -227,8 +243,11 @@ def convert_file(path: Path, target: str, warm_start: str | None, command: int |
     if source_algorithm == target:
         out.recipe = copy.deepcopy(source)
     else:
-        convert(source, source_algorithm, target, out)
+        convert(source, source_algorithm, target, out, chosen.get(target) or {})
         rename_run(out.recipe, source_algorithm, target, out)
+    for dotted, value in leaves(chosen):
+        put(out.recipe, dotted, value)
+        out.keep("(--set)", value, dotted)
     if not flat:
         account_for_kept_keys(source, out)
     if imported:

@@ -384,20 +384,34 @@ def test_checkpointed_value_model_reloads_to_the_same_weights(tmp_path: Path) ->
     assert all(torch.equal(expected[key], value) for key, value in reloaded.state_dict().items())
 
 
-def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
-    """4 updates straight, and 2 + 2 resumed from the checkpoint at 2, log the same rewards and losses."""
+def straight_and_resumed(tmp_path: Path, make_recipe=small_ppo_recipe):
+    """Trainers of 4 updates straight, and of 2 + 2 resumed from the checkpoint at 2 (16 samples an
+    update); `make_recipe(output_dir, *overrides)` builds each recipe."""
     common = ["training.max_steps=4", "checkpointing.every=2", "checkpointing.unit=steps"]
-    straight, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "straight", *common))
+    straight, _ = build_ppo_trainer(make_recipe(tmp_path / "straight", *common))
     straight.train()
-    first, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
+    first, _ = build_ppo_trainer(make_recipe(tmp_path / "resumed", *common))
     first.args.max_steps = 2
     first.train()
-    resumed, _ = build_ppo_trainer(small_ppo_recipe(tmp_path / "resumed", *common))
+    resumed, _ = build_ppo_trainer(make_recipe(tmp_path / "resumed", *common))
     resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-32"))
+    return straight, resumed
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path: Path) -> None:
+    """4 updates straight, and 2 + 2 resumed from the checkpoint at 2, log the same rewards and losses."""
+    straight, resumed = straight_and_resumed(tmp_path)
+    assert_same_rows_after_resume(
+        straight, resumed, ("objective/scores", "loss/policy_avg", "loss/value_avg", "grad_norm")
+    )
+
+
+def assert_same_rows_after_resume(straight, resumed, keys: tuple[str, ...]) -> None:
+    """Updates 3 and 4 logged the same `keys` in both runs of `straight_and_resumed`."""
 
     def logged(trainer, step):
         row = next(row for row in trainer.state.log_history if row["step"] == step)
-        return [row[key] for key in ("objective/scores", "loss/policy_avg", "loss/value_avg", "grad_norm")]
+        return [row[key] for key in keys]
 
     assert resumed.state.global_step == 4
     for step in (3, 4):

@@ -133,7 +133,7 @@ STAGE_ERRORS = {
     ),
     "group normalisation for ppo": (
         "stages=[{name: a, max_steps: 2, overrides: {algorithm: ppo, advantages: {normalize: group}}}]",
-        "advantages.normalize: 'group' needs GRPO's groups",
+        "advantages.normalize: 'group' does not apply to ppo.advantage_estimator 'gae'",
     ),
     "unknown schedule key": (
         "schedules={ppo.clip_range: {kind: constant, value: 0.1}}",

@@ -4,7 +4,13 @@ The shared sections map onto transformers' `TrainingArguments` as for GRPO; the 
 the keys of TRL's former PPOConfig under their names and defaults, plus our own
 (`llm_rl.algorithms.ppo.settings.PPOSettings`). Batches keep TRL's arithmetic: a rollout of
 `training.per_device_batch_size x gradient_accumulation_steps` prompts per process, split into
-`ppo.num_mini_batches` mini-batches of micro-batches of `training.per_device_batch_size`.
+`ppo.num_mini_batches` mini-batches of micro-batches of `training.per_device_batch_size`. With
+`ppo.num_generations` completions per prompt, those rows are that many times fewer prompts, each sampled
+in consecutive rows (a process holds whole groups).
+
+`ppo.advantage_estimator` chooses how advantages are estimated (`llm_rl.algorithms.ppo.estimators`):
+GAE with a critic, or a critic-free estimator, for which no value model is loaded, trained, saved or
+logged, and whose recipe may not set the critic's keys.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import copy
 import dataclasses
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +28,15 @@ from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
 from llm_rl.algorithms.base import Components, Counterpart, Series, SharedOverride
 from llm_rl.algorithms.ppo.critic import load_value_model, value_model_source
-from llm_rl.algorithms.ppo.settings import PPO_REFUSED_KEYS, PPOSettings, ppo_settings
+from llm_rl.algorithms.ppo.estimators import Estimator, find_estimator
+from llm_rl.algorithms.ppo.settings import (
+    CRITIC_KEYS,
+    GROUP_DEFAULT,
+    PPO_REFUSED_KEYS,
+    PPOSettings,
+    ppo_settings,
+)
+from llm_rl.algorithms.trl_groups import migrated_group, zero_spread_hint
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError, did_you_mean
 from llm_rl.generation.backends import resolve_backend
@@ -41,6 +56,7 @@ from llm_rl.schema import Recipe
 from llm_rl.training.args import (
     SampleCounter,
     deepspeed_config_sections,
+    is_main_process,
     sample_counter,
     shared_training_args,
     steps_for_budget,
@@ -74,6 +90,9 @@ METRIC_NAMES = {
     "completions/mean_length": "completion_length/mean",
     "completions/clipped_ratio": "completion_length/clipped_ratio",
     "critic_warmup": "value/warmup",
+    # With ppo.num_generations > 1, as GRPO logs them.
+    "reward/group_std": "reward/group_std",
+    "frac_reward_zero_std": "reward/frac_zero_std",
 }
 SCHEDULABLE = (
     "ppo.cliprange",
@@ -118,12 +137,26 @@ SHARED_OVERRIDES = {
 }
 
 
+# What `advantages.normalize: auto` means under each estimator; `auto` and `none` are always accepted.
+AUTO_NORMALIZATION = {
+    "gae": "batch",
+    "reinforce_pp": "batch",
+    "reinforce_pp_baseline": "batch",
+    "group": "group",
+    "leave_one_out": "none",
+}
+# Keys a critic-free estimator has no use for beyond the critic's own (`CRITIC_KEYS`): GAE's lambda and
+# its reward whitening.
+CRITIC_FREE_UNUSED = ("lam", "whiten_rewards")
+
+
 @dataclass
 class PPOInputs:
-    """What `prepare` loads for the trainer: the tokenized prompts, the critic and the reference model."""
+    """What `prepare` loads for the trainer: the tokenized prompts, the critic (None for a critic-free
+    estimator) and the reference model."""
 
     prompts: Any
-    critic: PreTrainedModel
+    critic: PreTrainedModel | None
     # None with LoRA: the reference is the policy with its adapter off.
     reference: PreTrainedModel | None
 
@@ -160,16 +193,41 @@ def check_section(section: dict[str, Any], recipe: Recipe) -> None:
 
 
 def check_recipe(recipe: Recipe) -> None:
-    """The recipe as PPO runs it: no groups to normalise over, and batch arithmetic that works."""
-    if recipe.advantages.normalize == "group":
-        raise RecipeError(
-            "advantages.normalize: 'group' needs GRPO's groups of completions per prompt; "
-            "PPO samples one completion per prompt: use 'batch' or 'none'"
-        )
+    """The recipe as PPO runs it: an estimator with what it needs, and batch arithmetic that works."""
     check_vllm(recipe)
     if not recipe.stages:
         # A staged recipe's own budget is no stage's; each stage is checked as a recipe of its own.
-        check_settings(recipe, ppo_settings(recipe))
+        settings = ppo_settings(recipe)
+        check_estimator(recipe, settings)
+        check_settings(recipe, settings)
+
+
+def check_estimator(recipe: Recipe, settings: PPOSettings) -> None:
+    """The advantage estimator's needs: groups that fit the batch and a normalisation it has."""
+    estimator = settings.advantage_estimator
+    normalize = recipe.advantages.normalize
+    if normalize not in ("auto", "none", AUTO_NORMALIZATION[estimator]):
+        raise RecipeError(
+            f"advantages.normalize: {normalize!r} does not apply to ppo.advantage_estimator {estimator!r}, "
+            f"which normalises by {AUTO_NORMALIZATION[estimator]} (auto) or not at all (none)"
+            + (
+                "; for GRPO's group normalisation set ppo.advantage_estimator: group"
+                if normalize == "group"
+                else ""
+            )
+        )
+    group_size, local_batch = settings.group_size, rollout_batch(recipe)
+    if settings.estimator.needs_groups and group_size < 2:
+        raise RecipeError(
+            f"ppo.num_generations: the {estimator} estimator's baseline is the other completions of the same "
+            f"prompt, so it needs at least 2 per prompt (got {group_size})"
+        )
+    if local_batch % group_size:
+        raise RecipeError(
+            f"ppo.num_generations ({group_size}) must divide PPO's rollout batch of {local_batch} completions per "
+            "process (training.per_device_batch_size x gradient_accumulation_steps): each process samples "
+            "whole groups"
+        )
 
 
 def check_vllm(recipe: Recipe) -> None:
@@ -183,12 +241,44 @@ def check_vllm(recipe: Recipe) -> None:
         raise RecipeError(f"generation.vllm.importance_sampling: {OWN_LOGPROBS}; remove the key")
 
 
+def unused_settings(recipe: Recipe, settings: PPOSettings) -> list[str]:
+    """The recipe's settings the estimator does not read, each with why: a critic-free estimator's
+    critic keys (a recipe keeps them when it switches estimator, as it keeps an inactive algorithm's
+    section), and `gamma` where the estimator does not discount. Warnings, not errors."""
+    if settings.needs_critic:
+        return []
+    estimator = settings.advantage_estimator
+    section, scheduled = recipe.section(NAME), recipe.schedules
+    given = [f"{NAME}.{key}" for key in (*CRITIC_KEYS, *CRITIC_FREE_UNUSED)]
+    given = [key for key in given if key.split(".")[1] in section or key in scheduled]
+    lines = []
+    if given:
+        lines.append(
+            f"{', '.join(given)}: not used, as ppo.advantage_estimator {estimator!r} trains no critic "
+            "(these set the critic, GAE's lambda or its reward whitening)"
+        )
+    discounted = settings.gamma != 1.0 or f"{NAME}.gamma" in scheduled
+    if settings.estimator.needs_groups and discounted:
+        lines.append(
+            f"{NAME}.gamma: not used, as ppo.advantage_estimator {estimator!r} gives each completion one "
+            "undiscounted advantage, from its score against its group's (reinforce_pp discounts)"
+        )
+    if recipe.advantages.whiten_rewards:
+        lines.append(f"advantages.whiten_rewards: not used, as it whitens GAE's rewards ({estimator})")
+    return lines
+
+
 # --- a run ---
 
 
 def rollout_batch(recipe: Recipe) -> int:
-    """Prompts per update and process: `training.per_device_batch_size x gradient_accumulation_steps`."""
+    """Completions per update and process: `training.per_device_batch_size x gradient_accumulation_steps`."""
     return recipe.training.per_device_batch_size * recipe.training.gradient_accumulation_steps
+
+
+def prompts_per_update(recipe: Recipe) -> int:
+    """Prompts per update and process: the rollout batch over `ppo.num_generations`."""
+    return rollout_batch(recipe) // ppo_settings(recipe).group_size
 
 
 def samples_per_step(recipe: Recipe) -> int:
@@ -280,16 +370,20 @@ def prepare(components: Components) -> None:
     prompts, the critic and the reference model."""
     recipe, tokenizer = components.recipe, components.tokenizer
     settings = ppo_settings(recipe)
-    local_batch = rollout_batch(recipe)
-    if len(components.data.train) < local_batch:
+    if is_main_process():
+        for line in unused_settings(recipe, settings):
+            print(f"warning: {line}", file=sys.stderr)
+    prompts = prompts_per_update(recipe)
+    if len(components.data.train) < prompts:
         raise DataError(
             f"{len(components.data.train)} training prompts are fewer than one PPO rollout batch per process "
-            f"({local_batch}: training.per_device_batch_size x gradient_accumulation_steps)",
+            f"({prompts} prompts: training.per_device_batch_size x gradient_accumulation_steps completions, "
+            f"{settings.group_size} per prompt)",
             where=recipe.data.label,
         )
     components.prepared = PPOInputs(
         prompts=tokenize_prompts(components.data.train, tokenizer, num_proc=settings.dataset_num_proc),
-        critic=load_value_model(recipe, components.policy_path, tokenizer),
+        critic=load_value_model(recipe, components.policy_path, tokenizer) if settings.needs_critic else None,
         reference=reference_model(recipe),
     )
 
@@ -343,7 +437,7 @@ def build_trainer(components: Components, callbacks: list[TrainerCallback]) -> P
         tokenizer=components.tokenizer,
         saved_tokenizer=components.saved_tokenizer,
         sampling=sampling_settings(recipe, settings, components),
-        whiten_advantages=recipe.advantages.normalize in ("auto", "batch"),
+        whiten_advantages=recipe.advantages.normalize != "none",
         callbacks=callbacks,
         peft_config=peft_config(recipe.model.lora),
         held_out=components.held_out,
@@ -378,9 +472,11 @@ def finish_from_checkpoint(trainer: PPOTrainer, checkpoint: Path) -> None:
 
 
 def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) -> None:
-    """A PPO stage after a PPO stage keeps the trained critic, unless the stage names its own."""
+    """A PPO stage with a critic after a PPO stage with one keeps the trained critic, unless the stage
+    names its own."""
     critic = previous_final / VALUE_MODEL_DIR
-    if critic.is_dir() and "value_model" not in (overrides.get(NAME) or {}):
+    keeps = critic.is_dir() and ppo_settings(stage).needs_critic
+    if keeps and "value_model" not in (overrides.get(NAME) or {}):
         stage.with_section(NAME, {**stage.section(NAME), "value_model": str(critic)})
 
 
@@ -388,6 +484,9 @@ def hand_over(stage: Recipe, previous_final: Path, overrides: dict[str, Any]) ->
 
 
 def critic_path(recipe: Recipe, policy_path: str) -> str | None:
+    """The critic's folder; None for a critic-free estimator."""
+    if not ppo_settings(recipe).needs_critic:
+        return None
     return value_model_source(recipe, policy_path)[0]
 
 
@@ -406,18 +505,18 @@ def generation_batch(recipe: Recipe) -> int:
 # --- `llm-rl doctor` ---
 
 
-def flat_reward_hint(series: Series) -> tuple[str, str]:
-    """What value loss and explained variance say about the critic, and what to change."""
+def flat_reward_hint(series: Series) -> tuple[str, str] | None:
+    """What explained variance says about the critic, and what to change; for a critic-free run (no value
+    metrics), what the groups' spread says, if it logged one."""
     variance = series("value/explained_variance")
-    median = statistics.median(v for _, v in variance[len(variance) // 2 :]) if variance else None
-    if median is None:
-        diagnosis = "no value/explained_variance logged"
-    else:
-        diagnosis = f"the critic's explained variance over the second half was {median:.2f}"
+    if not variance:
+        return zero_spread_hint(series, NAME)
+    median = statistics.median(v for _, v in variance[len(variance) // 2 :])
+    diagnosis = f"the critic's explained variance over the second half was {median:.2f}"
     # A critic that explains nothing learns too slowly; one that explains everything fits too fast.
-    if median is not None and median < 0.1:
+    if median < 0.1:
         advice = "the critic lags: raise ppo.critic_learning_rate or ppo.critic_warmup_steps"
-    elif median is not None and median > 0.95:
+    elif median > 0.95:
         advice = "the critic fits the returns almost exactly, leaving advantages near 0: lower ppo.critic_learning_rate"
     else:
         advice = "raise training.learning_rate, or check the reward on sample completions"
@@ -433,12 +532,19 @@ CRITIC_WARMUP_SHARE = 0.05
 CRITIC_WARMUP_MAX = 50
 
 
+def chosen_estimator(recipe: dict[str, Any]) -> Estimator:
+    """The estimator a (migrated) recipe's `ppo:` section names, GAE by default."""
+    section = recipe.get(NAME) or {}
+    return find_estimator(str(section.get("advantage_estimator", PPOSettings().advantage_estimator)))
+
+
 def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
     """The group algorithms' settings that PPO has no counterpart for, and the nearest thing where
-    there is one."""
+    there is one. Under a group estimator (`ppo.advantage_estimator`), `num_generations` is PPO's too."""
+    groups = {} if chosen_estimator(recipe).needs_groups else {"num_generations": batch_semantics(recipe)}
     return {
-        "num_generations": batch_semantics(recipe),
-        "num_generations_eval": "PPO samples one completion per prompt",
+        **groups,
+        "num_generations_eval": "PPO's held-out reward samples one completion per prompt",
         "loss_type": "PPO's loss is the clipped surrogate averaged over tokens",
         "scale_rewards": "PPO normalises advantages itself; ppo.whiten_rewards is the nearest knob",
         "epsilon_high": "PPO's clip is symmetric (ppo.cliprange)",
@@ -474,7 +580,13 @@ def batch_semantics(recipe: dict[str, Any]) -> str:
 
 
 def complete_migration(recipe: dict[str, Any], section: dict[str, Any]) -> list[tuple[str, Any, str]]:
-    """The critic a migrated PPO recipe starts with: where from, how fast it learns, its warm-up."""
+    """The critic a migrated PPO recipe starts with: where from, how fast it learns, its warm-up; under
+    a critic-free estimator, no critic, and groups where the estimator needs them."""
+    estimator = chosen_estimator({NAME: section})
+    if not estimator.needs_critic:
+        if not estimator.needs_groups:
+            return []
+        return migrated_group(recipe, section, NAME, GROUP_DEFAULT)
     rewards = recipe.get("rewards") or []
     has_reward_model = any(isinstance(r, dict) and r.get("name") == "reward_model" for r in rewards)
     shared = Recipe.model_validate(

@@ -55,7 +55,8 @@ class AdvantageInputs:
     values: torch.Tensor | None = None
     # Completions per prompt, in consecutive rows (the group estimators).
     group_size: int = 1
-    # GAE's options (TRL's PPOConfig `whiten_rewards`, and whitening of its advantages).
+    # GAE's `whiten_rewards` (TRL's PPOConfig key); the estimator's own scaling of its advantages
+    # (advantages.normalize: auto or batch; off with none): whitening, or the group's spread.
     whiten_rewards: bool = False
     whiten_advantages: bool = True
     # A sum over processes, for statistics of the global batch.
@@ -181,18 +182,26 @@ def critic_free(inputs: AdvantageInputs, shaped_scores: torch.Tensor, gamma: flo
 
 
 def reinforce_pp(inputs: AdvantageInputs) -> Estimate:
-    """REINFORCE++: the KL-shaped discounted return, whitened over the global batch."""
-    return critic_free(inputs, inputs.scores, inputs.gamma, whiten=True)
+    """REINFORCE++: the KL-shaped discounted return, whitened over the global batch (unless
+    `whiten_advantages` is off: advantages.normalize: none)."""
+    return critic_free(inputs, inputs.scores, inputs.gamma, whiten=inputs.whiten_advantages)
 
 
 def reinforce_pp_baseline(inputs: AdvantageInputs) -> Estimate:
     """REINFORCE++-baseline: the score less its group's mean, then as REINFORCE++ (undiscounted)."""
-    return critic_free(inputs, less_group_mean(inputs.scores, inputs.group_size), 1.0, whiten=True)
+    shaped = less_group_mean(inputs.scores, inputs.group_size)
+    return critic_free(inputs, shaped, 1.0, whiten=inputs.whiten_advantages)
 
 
 def group_estimate(inputs: AdvantageInputs) -> Estimate:
-    """GRPO's advantage on this loop: the score standardised in its group, with the KL in the reward."""
-    return critic_free(inputs, group_standardised(inputs.scores, inputs.group_size), 1.0, whiten=False)
+    """GRPO's advantage on this loop: the score standardised in its group, with the KL in the reward.
+    Without `whiten_advantages` (advantages.normalize: none) the score is only centred: Dr. GRPO's
+    choice (arXiv:2503.20783), as `algorithm: grpo` does with the same setting."""
+    if inputs.whiten_advantages:
+        shaped = group_standardised(inputs.scores, inputs.group_size)
+    else:
+        shaped = less_group_mean(inputs.scores, inputs.group_size)
+    return critic_free(inputs, shaped, 1.0, whiten=False)
 
 
 def leave_one_out(inputs: AdvantageInputs) -> Estimate:

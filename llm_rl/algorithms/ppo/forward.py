@@ -215,14 +215,20 @@ def chunked_values(
 
 
 class PolicyAndCritic(torch.nn.Module):
-    """The two trained models as one module, so that DDP or DeepSpeed wraps (and steps) them together."""
+    """The two trained models as one module, so that DDP or DeepSpeed wraps (and steps) them together;
+    the policy alone for a critic-free estimator (`critic` None)."""
 
-    def __init__(self, policy: torch.nn.Module, critic: PreTrainedModel) -> None:
+    def __init__(self, policy: torch.nn.Module, critic: PreTrainedModel | None) -> None:
         super().__init__()
         self.policy = policy
         self.critic = critic
         # The policy's config stands for the pair where transformers and DeepSpeed read one (hidden size).
         self.config = policy.config
+
+    @property
+    def models(self) -> list[torch.nn.Module]:
+        """The trained models: the policy, and the critic when there is one."""
+        return [self.policy] if self.critic is None else [self.policy, self.critic]
 
     @property
     def is_gradient_checkpointing(self) -> bool:
@@ -236,11 +242,11 @@ class PolicyAndCritic(torch.nn.Module):
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
         """Recompute activations in the backward pass, in both models."""
         kwargs = gradient_checkpointing_kwargs or {"use_reentrant": False}
-        for model in (self.policy, self.critic):
+        for model in self.models:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
     def gradient_checkpointing_disable(self) -> None:
-        for model in (self.policy, self.critic):
+        for model in self.models:
             model.gradient_checkpointing_disable()
 
     def forward(
@@ -251,9 +257,11 @@ class PolicyAndCritic(torch.nn.Module):
         tokens: torch.Tensor,
         temperature: float = 1.0,
         entropy_requires_grad: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(policy log-probs, their entropies, critic values) of the last `width` positions, whose tokens
-        are `tokens` ([batch, width]); no full-vocabulary logits are kept (`response_logprobs`)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(policy log-probs, their entropies, critic values or None) of the last `width` positions, whose
+        tokens are `tokens` ([batch, width]); no full-vocabulary logits are kept (`response_logprobs`)."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         logprobs, entropy = response_logprobs(self.policy, inputs, tokens, temperature, entropy_requires_grad)
+        if self.critic is None:
+            return logprobs, entropy, None
         return logprobs, entropy, critic_values(self.critic, inputs, tokens.shape[1])

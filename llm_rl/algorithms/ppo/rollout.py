@@ -1,7 +1,7 @@
 """One PPO batch on one process (`Rollout`), and the step that turns its scores into advantages.
 
 The trainer fills a `Rollout` with what the policy generated and how it scored, then
-`estimate_advantages` adds the KL penalty, GAE's advantages and the returns (the maths of
+`estimate_advantages` adds the KL penalty, the advantages and the returns (the maths of
 `llm_rl.algorithms.ppo.core`, through the estimator registry of `llm_rl.algorithms.ppo.estimators`). Kept apart from the trainer so that a recorded rollout can be
 replayed through the same code (tests/algorithms/test_ppo_parity.py).
 """
@@ -9,12 +9,13 @@ replayed through the same code (tests/algorithms/test_ppo_parity.py).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from llm_rl.algorithms.ppo import core
-from llm_rl.algorithms.ppo.estimators import ESTIMATORS, AdvantageInputs
+from llm_rl.algorithms.ppo.estimators import AdvantageInputs, find_estimator, no_reduce
 from llm_rl.models.completions import ends_with_stop
 
 
@@ -27,8 +28,14 @@ class AdvantageSettings:
     gamma: float
     lam: float
     whiten_rewards: bool
-    # Whiten GAE's advantages over the batch (advantages.normalize: batch or auto).
+    # Whiten GAE's advantages over the batch, or REINFORCE++'s over the global batch, or divide the group
+    # estimator's by the group's spread (advantages.normalize: auto; batch for GAE).
     whiten_advantages: bool
+    # The registered estimator (`ppo.advantage_estimator`) and the completions per prompt of its groups.
+    estimator: str = "gae"
+    group_size: int = 1
+    # A sum over processes, for the statistics of the global batch (REINFORCE++'s whitening).
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=no_reduce, repr=False)
 
 
 @dataclass
@@ -47,8 +54,8 @@ class Rollout:
     # Log-probabilities of the generated tokens under the policy and the reference model.
     logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
-    # The critic's value before each response token.
-    values: torch.Tensor
+    # The critic's value before each response token; None without a critic.
+    values: torch.Tensor | None
     # Each sequence's score (weighted reward sum, penalties applied) and each reward's own value
     # ([batch, reward functions], NaN where a function did not apply).
     scores: torch.Tensor
@@ -120,12 +127,13 @@ def penalise_missing_stop(
 
 
 def estimate_advantages(rollout: Rollout, settings: AdvantageSettings) -> Rollout:
-    """The rollout with its KL, KL penalty, advantages and returns; log-probs past each response and
-    values past the critic's positions are zeroed, as every later step expects."""
+    """The rollout with its KL, KL penalty, advantages and returns, by the estimator `settings` names;
+    log-probs past each response and values past the critic's positions are zeroed, as every later step
+    expects."""
     response_mask, value_mask = rollout.response_mask, rollout.value_mask
     logprobs = rollout.logprobs.masked_fill(~response_mask, 0.0)
     ref_logprobs = rollout.ref_logprobs.masked_fill(~response_mask, 0.0)
-    values = rollout.values.masked_fill(~value_mask, 0.0)
+    values = None if rollout.values is None else rollout.values.masked_fill(~value_mask, 0.0)
     kl = core.kl_estimate(logprobs, ref_logprobs, settings.kl_estimator)
     inputs = AdvantageInputs(
         scores=rollout.scores,
@@ -135,10 +143,12 @@ def estimate_advantages(rollout: Rollout, settings: AdvantageSettings) -> Rollou
         gamma=settings.gamma,
         lam=settings.lam,
         values=values,
+        group_size=settings.group_size,
         whiten_rewards=settings.whiten_rewards,
         whiten_advantages=settings.whiten_advantages,
+        all_reduce=settings.all_reduce,
     )
-    advantages, returns = ESTIMATORS["gae"].estimate(inputs)
+    advantages, returns = find_estimator(settings.estimator).estimate(inputs)
     return dataclasses.replace(
         rollout,
         logprobs=logprobs,

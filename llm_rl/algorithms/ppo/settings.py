@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from llm_rl.algorithms.ppo.estimators import Estimator, find_estimator
 from llm_rl.errors import RecipeError
 from llm_rl.schema import Recipe
+
+# Completions per prompt for a group estimator when ppo.num_generations is not set (TRL's GRPO default).
+GROUP_DEFAULT = 8
+# The `ppo:` keys that configure the critic: refused with an estimator that trains none.
+CRITIC_KEYS = ("value_model", "critic_learning_rate", "critic_warmup_steps", "vf_coef", "cliprange_value")
 
 
 class PPOSettings(BaseModel):
@@ -56,6 +62,13 @@ class PPOSettings(BaseModel):
     num_sample_generations: Literal[0] = 0
 
     # --- llm_rl's own keys ---
+    # How advantages are estimated (`llm_rl.algorithms.ppo.estimators`): gae (with a critic), or the
+    # critic-free reinforce_pp, reinforce_pp_baseline, group and leave_one_out. TRL's, OpenRLHF's and
+    # verl's spellings (rloo, grpo, reinforce_baseline, ...) are read as these names.
+    advantage_estimator: str = "gae"
+    # Completions sampled per prompt, in consecutive rows of a rollout; None: 1, or GROUP_DEFAULT for an
+    # estimator whose baseline is the group (TRL's GRPOConfig key).
+    num_generations: int | None = Field(None, ge=1)
     # The critic's weights: "policy" (a fresh scalar head on the policy), "reward_model", or a folder.
     value_model: str = "policy"
     # The critic's learning rate; None: training.learning_rate.
@@ -66,6 +79,28 @@ class PPOSettings(BaseModel):
     none_reward: float = 0.0
     # A bonus for the policy's per-token entropy, subtracted from the loss (0: none, TRL's behaviour).
     entropy_coef: float = Field(0.0, ge=0.0)
+
+    @field_validator("advantage_estimator")
+    @classmethod
+    def known_estimator(cls, name: str) -> str:
+        """A registered estimator; a synonym is stored under its own name."""
+        return find_estimator(name).name
+
+    @property
+    def estimator(self) -> Estimator:
+        return find_estimator(self.advantage_estimator)
+
+    @property
+    def needs_critic(self) -> bool:
+        """Whether a value model is trained beside the policy (GAE only)."""
+        return self.estimator.needs_critic
+
+    @property
+    def group_size(self) -> int:
+        """Completions per prompt in a rollout."""
+        if self.num_generations is not None:
+            return self.num_generations
+        return GROUP_DEFAULT if self.estimator.needs_groups else 1
 
     @property
     def training_arguments(self) -> dict[str, Any]:

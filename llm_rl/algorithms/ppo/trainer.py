@@ -1,13 +1,15 @@
-"""llm_rl's PPO trainer: actor-critic PPO with a clipped objective and GAE, on accelerate.
+"""llm_rl's PPO trainer: PPO's clipped objective on accelerate, with a critic and GAE, or with a
+critic-free advantage estimator (REINFORCE++, group baselines: `ppo.advantage_estimator`).
 
 Each update is a fixed sequence of steps:
 
-1. **generate** completions for a batch of prompts (`llm_rl.generation`);
+1. **generate** completions for a batch of prompts, `ppo.num_generations` per prompt in consecutive rows
+   (`llm_rl.generation`);
 2. **score** them with the recipe's reward functions (`RewardAdapter`);
-3. **evaluate** the response tokens under the policy, the reference model and the critic (no grad,
-   response positions only: `llm_rl.algorithms.ppo.forward`);
-4. **estimate advantages**: KL penalty, per-token rewards, GAE (`llm_rl.algorithms.ppo.rollout`, maths in
-   `llm_rl.algorithms.ppo.core`);
+3. **evaluate** the response tokens under the policy, the reference model and the critic, if any (no
+   grad, response positions only: `llm_rl.algorithms.ppo.forward`);
+4. **estimate advantages**: KL penalty, per-token rewards, the registered estimator
+   (`llm_rl.algorithms.ppo.rollout`, maths in `llm_rl.algorithms.ppo.core` and `.estimators`);
 5. **optimise**: `num_ppo_epochs` passes over the batch in `num_mini_batches` shuffled mini-batches,
    one optimizer step per mini-batch, each accumulated over micro-batches of
    `training.per_device_batch_size`; policy and critic gradients clipped apart;
@@ -82,7 +84,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         args: TrainingArguments,
         settings: PPOSettings,
         policy: PreTrainedModel,
-        critic: PreTrainedModel,
+        critic: PreTrainedModel | None,
         reference: PreTrainedModel | None,
         rewards: RewardAdapter,
         prompts: Dataset,
@@ -97,8 +99,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         vllm_engine: EngineSettings | None = None,
     ) -> None:
         """`args` is a `TrainingArguments` whose `gradient_accumulation_steps` counts the micro-batches of one
-        mini-batch; `prompts` has `input_ids` and `row_index`; `reference` is None with LoRA (the policy
-        with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders;
+        mini-batch; `prompts` has `input_ids` and `row_index`; `critic` is None for a critic-free
+        estimator; `reference` is None with LoRA (the policy with its adapter off stands in); `saved_tokenizer` (default: `tokenizer`) goes into saved folders;
         `generation_batch_size` (`generation.batch_size`) prompts go to each generate call, by default
         the no-grad forward's chunk (with vLLM: the most sequences its engine runs at once);
         `vllm_engine` starts the engine for `generation.backend: vllm`."""
@@ -157,6 +159,16 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         )
 
     @property
+    def prompts_per_update(self) -> int:
+        """Prompts per update on this process: each is sampled `group_size` times in consecutive rows, so a
+        process holds whole groups."""
+        return self.local_batch_size // self.settings.group_size
+
+    @property
+    def has_critic(self) -> bool:
+        return self.model.critic is not None
+
+    @property
     def forward_chunk_size(self) -> int:
         return min(self.settings.local_rollout_forward_batch_size, self.local_batch_size)
 
@@ -184,10 +196,10 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             critic_lr = self.settings.critic_learning_rate
             decayed = set(self.get_decay_parameter_names(self.model))
             groups = []
-            for name, learning_rate in (
-                (POLICY_GROUP, self.args.learning_rate),
-                (VALUE_GROUP, self.args.learning_rate if critic_lr is None else critic_lr),
-            ):
+            rates = [(POLICY_GROUP, self.args.learning_rate)]
+            if self.has_critic:
+                rates.append((VALUE_GROUP, self.args.learning_rate if critic_lr is None else critic_lr))
+            for name, learning_rate in rates:
                 prefix = "policy" if name == POLICY_GROUP else "critic"
                 parameters = [(n, p) for n, p in self.model.named_parameters() if n.startswith(f"{prefix}.")]
                 for decay in (True, False):
@@ -228,7 +240,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         replays the same order."""
         loader = DataLoader(
             self.train_dataset,
-            batch_size=self.local_batch_size,
+            batch_size=self.prompts_per_update,
             shuffle=True,
             collate_fn=self.data_collator,
             drop_last=True,
@@ -255,9 +267,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         )
         self.state.compute_steps(self.args, self.args.max_steps)
         self.state.max_steps = self.args.max_steps
-        self.state.num_train_epochs = math.ceil(
-            self.args.max_steps * self.samples_per_update / len(self.train_dataset)
-        )
+        self.state.num_train_epochs = math.ceil(self.args.max_steps * self.epochs_per_update)
 
     def rollout_engine(self) -> Any:
         """The colocated vLLM engine rollouts are generated with (evaluation borrows it), or None."""
@@ -266,6 +276,11 @@ class PPOTrainer(StagedCheckpoints, Trainer):
     @property
     def samples_per_update(self) -> int:
         return self.local_batch_size * self.accelerator.num_processes
+
+    @property
+    def epochs_per_update(self) -> float:
+        """The share of the prompt dataset one update reads."""
+        return self.prompts_per_update * self.accelerator.num_processes / len(self.train_dataset)
 
     # ------------------------------------------------------------------------------------------------
     # The loop
@@ -289,7 +304,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             stats = self.optimise(rollout)
             self.generator.weights_updated()
             self.state.global_step += 1
-            self.state.epoch = self.state.global_step * self.samples_per_update / len(self.train_dataset)
+            self.state.epoch = self.state.global_step * self.epochs_per_update
             if self.state.global_step % self.state.logging_steps == 0:
                 self.log(self.update_metrics(rollout, stats, warming_up))
             self.lr_scheduler.step()
@@ -341,12 +356,19 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             lam=settings.lam,
             whiten_rewards=settings.whiten_rewards,
             whiten_advantages=self.whiten_advantages,
+            estimator=settings.advantage_estimator,
+            group_size=settings.group_size,
+            all_reduce=lambda tensor: self.accelerator.reduce(tensor, reduction="sum"),
         )
 
     @torch.no_grad()
     def rollout(self, batch: dict[str, torch.Tensor]) -> Rollout:
-        """Generate for one prompt batch, score, evaluate and estimate advantages."""
+        """Generate for one prompt batch (each prompt `group_size` times), score, evaluate and estimate
+        advantages."""
         device = self.accelerator.device
+        batch = {
+            key: value.repeat_interleave(self.settings.group_size, dim=0) for key, value in batch.items()
+        }
         prompt_ids = batch["input_ids"].to(device)
         prompt_mask = batch["attention_mask"].to(device).bool()
         with self.accelerator.autocast():
@@ -381,8 +403,9 @@ class PPOTrainer(StagedCheckpoints, Trainer):
 
     def evaluate_responses(
         self, ids: torch.Tensor, attention: torch.Tensor, width: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probs of the last `width` tokens under the policy and the reference, and the critic's values."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Log-probs of the last `width` tokens under the policy and the reference, and the critic's values
+        (None without a critic)."""
         common = {
             "width": width,
             "pad_token_id": self.sampling.pad_token_id,
@@ -393,8 +416,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             logprobs = chunked_logprobs(self.model.policy, ids, attention, temperature=temperature, **common)
             with self.reference_model() as reference:
                 ref_logprobs = chunked_logprobs(reference, ids, attention, temperature=temperature, **common)
-            values = chunked_values(self.model.critic, ids, attention, **common)
-        return logprobs.float(), ref_logprobs.float(), values.float()
+            values = chunked_values(self.model.critic, ids, attention, **common) if self.has_critic else None
+        return logprobs.float(), ref_logprobs.float(), None if values is None else values.float()
 
     # ------------------------------------------------------------------------------------------------
     # Optimisation
@@ -454,8 +477,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         return {**{key: torch.stack(values).mean() for key, values in stats.items()}, **norms}
 
     def micro_batch_loss(self, batch: Rollout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The clipped policy loss + `vf_coef` x the clipped value loss - `entropy_coef` x the entropy, of
-        one micro-batch, with its statistics under TRL's PPO names."""
+        """The clipped policy loss + `vf_coef` x the clipped value loss (with a critic) - `entropy_coef` x the
+        entropy, of one micro-batch, with its statistics under TRL's PPO names."""
         settings = self.settings
         ids, attention = batch.sequences()
         logprobs, entropy, values = self.model_wrapped(
@@ -464,30 +487,30 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             temperature=self.sampling.temperature,
             entropy_requires_grad=settings.entropy_coef > 0,
         )
-        response_mask, value_mask = batch.response_mask, batch.value_mask
+        response_mask = batch.response_mask
         policy = core.clipped_policy_loss(
             logprobs, batch.logprobs, batch.advantages, response_mask, settings.cliprange
-        )
-        value_loss, value_clipfrac = core.clipped_value_loss(
-            values.float(), batch.values, batch.returns, value_mask, settings.cliprange_value
         )
         mean_entropy = core.masked_mean(entropy, response_mask)
         policy_loss = (
             policy.loss - settings.entropy_coef * mean_entropy if settings.entropy_coef > 0 else policy.loss
         )
-        # During the critic's warm-up the policy's term weighs 0: its gradients are 0 (every parameter still
-        # takes part, as DDP requires) and are dropped before the step.
-        loss = (0.0 if self.warming_up else 1.0) * policy_loss + settings.vf_coef * value_loss
         stats = {
             "loss/policy_avg": policy.loss.detach(),
-            "loss/value_avg": value_loss.detach(),
             "policy/clipfrac_avg": policy.clipfrac,
             "policy/approxkl_avg": policy.approxkl,
             "policy/entropy_avg": mean_entropy.detach(),
-            "val/clipfrac_avg": value_clipfrac,
             "val/ratio": policy.ratio,
         }
-        return loss, stats
+        if values is None:
+            return policy_loss, stats
+        value_loss, value_clipfrac = core.clipped_value_loss(
+            values.float(), batch.values, batch.returns, batch.value_mask, settings.cliprange_value
+        )
+        stats.update({"loss/value_avg": value_loss.detach(), "val/clipfrac_avg": value_clipfrac})
+        # During the critic's warm-up the policy's term weighs 0: its gradients are 0 (every parameter still
+        # takes part, as DDP requires) and are dropped before the step.
+        return (0.0 if self.warming_up else 1.0) * policy_loss + settings.vf_coef * value_loss, stats
 
     def clip_gradients(self) -> dict[str, torch.Tensor]:
         """Clip the policy's and the critic's gradients apart; both norms before clipping.
@@ -498,10 +521,9 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         if self.is_deepspeed_enabled:
             return {}
         if self._clip_groups is None:
-            self._clip_groups = {
-                "grad_norm": trainable(self.model.policy),
-                "value/grad_norm": trainable(self.model.critic),
-            }
+            self._clip_groups = {"grad_norm": trainable(self.model.policy)}
+            if self.has_critic:
+                self._clip_groups["value/grad_norm"] = trainable(self.model.critic)
         self.accelerator.unscale_gradients()
         limit = self.args.max_grad_norm or math.inf
         norms = clip_each_group(list(self._clip_groups.values()), limit)
@@ -529,9 +551,7 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             "objective/kl": rollout.kl.sum(1).mean(),
             "objective/entropy": (-rollout.logprobs * response_mask).sum(1).mean(),
             "objective/non_score_reward": rollout.kl_penalty.sum(1).mean(),
-            "val/explained_variance": core.explained_variance(
-                rollout.values, rollout.returns, rollout.value_mask
-            ),
+            **self.critic_metrics(rollout),
             "completions/mean_length": (rollout.lengths + 1).float().mean(),
             "completions/clipped_ratio": (~ended).float().mean(),
             **stats,
@@ -557,8 +577,11 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         metrics["objective/scores"] = scores.mean().item()
         metrics["objective/scores_std"] = scores.std().item() if scores.numel() > 1 else 0.0
         metrics["objective/rlhf_reward"] = metrics["objective/non_score_reward"] + metrics["objective/scores"]
+        metrics.update(group_metrics(scores, self.settings.group_size))
         metrics.update(reward_metrics(samples[:, 1:], self.rewards.rewards.names))
-        metrics.update(lr=self.lr_scheduler.get_last_lr()[0], critic_warmup=float(warming_up))
+        metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
+        if self.has_critic:
+            metrics["critic_warmup"] = float(warming_up)
         if self.held_out is not None and self.held_out.due(self.state.global_step):
             metrics.update(
                 self.held_out(
@@ -570,13 +593,20 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             )
         return metrics
 
+    def critic_metrics(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """How well the critic's values explain the returns; nothing without a critic."""
+        if rollout.values is None:
+            return {}
+        variance = core.explained_variance(rollout.values, rollout.returns, rollout.value_mask)
+        return {"val/explained_variance": variance}
+
     # ------------------------------------------------------------------------------------------------
     # Saving and resuming
     # ------------------------------------------------------------------------------------------------
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """The policy as a `save_pretrained` folder (a LoRA adapter with LoRA), the critic in `value_model/`,
-        and the tokenizer the user gave.
+        """The policy as a `save_pretrained` folder (a LoRA adapter with LoRA), the critic (if any) in
+        `value_model/`, and the tokenizer the user gave.
 
         One path for plain, DDP and DeepSpeed runs: accelerate hands over the full weights of both models
         (every rank takes part, as ZeRO-3 gathers shards), and the main process saves each model's part.
@@ -585,10 +615,9 @@ class PPOTrainer(StagedCheckpoints, Trainer):
         weights = self.accelerator.get_state_dict(self.model_wrapped)
         if not self.args.should_save:
             return
-        parts = (
-            (self.model.policy, "policy.", output_dir),
-            (self.model.critic, "critic.", os.path.join(output_dir, VALUE_MODEL_DIR)),
-        )
+        parts = [(self.model.policy, "policy.", output_dir)]
+        if self.has_critic:
+            parts.append((self.model.critic, "critic.", os.path.join(output_dir, VALUE_MODEL_DIR)))
         for module, prefix, folder in parts:
             own = {
                 key.removeprefix(prefix): value for key, value in weights.items() if key.startswith(prefix)
@@ -606,7 +635,8 @@ class PPOTrainer(StagedCheckpoints, Trainer):
             )
         else:
             load_weights(self.model.policy, Path(checkpoint))
-            load_weights(self.model.critic, Path(checkpoint) / VALUE_MODEL_DIR)
+            if self.has_critic:
+                load_weights(self.model.critic, Path(checkpoint) / VALUE_MODEL_DIR)
         load_optimizer_scheduler_and_scaler(self, checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
         self.state.global_step = saved.global_step
@@ -631,6 +661,19 @@ class PromptCollator:
             "attention_mask": mask,
             ROW_INDEX: torch.tensor([row[ROW_INDEX] for row in rows]),
         }
+
+
+def group_metrics(scores: torch.Tensor, group_size: int) -> dict[str, float]:
+    """The mean spread of scores within a prompt's group, and the share of groups whose completions all
+    scored alike (they carry no advantage under a group baseline), as GRPO logs them; none without groups.
+    `scores` is the gathered batch: each process holds whole groups, so groups stay consecutive."""
+    if group_size < 2:
+        return {}
+    spread = scores.view(-1, group_size).std(dim=1, unbiased=False)
+    return {
+        "reward/group_std": spread.mean().item(),
+        "frac_reward_zero_std": torch.isclose(spread, torch.zeros_like(spread)).float().mean().item(),
+    }
 
 
 def trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
