@@ -134,15 +134,15 @@ def ppo_phase_clock() -> PhaseClock:
     """A clock on each step of our PPO update."""
     from transformers.trainer_callback import CallbackHandler
 
-    from llm_rl.algorithms.ppo import trainer
+    from llm_rl.algorithms.ppo import rollout_maker, trainer
     from llm_rl.generation.transformers_generators import HFGenerator
 
     clock = PhaseClock()
     generate, score, forwards, advantages, epochs, metrics = PPO_PHASES
     clock.wrap(HFGenerator, "generate", generate)
-    clock.wrap(trainer.PPOTrainer, "score", score)
-    clock.wrap(trainer.PPOTrainer, "evaluate_responses", forwards)
-    clock.wrap(trainer, "estimate_advantages", advantages)
+    clock.wrap(rollout_maker.RolloutMaker, "score", score)
+    clock.wrap(rollout_maker.RolloutMaker, "evaluate_responses", forwards)
+    clock.wrap(rollout_maker, "estimate_advantages", advantages)
     clock.wrap(trainer.PPOTrainer, "optimise", epochs)
     clock.wrap(trainer.PPOTrainer, "update_metrics", metrics)
     clock.wrap(CallbackHandler, "call_event", metrics)

@@ -155,6 +155,11 @@ class Algorithm(Protocol):
     def flat_reward_hint(self, series: Series) -> tuple[str, str] | None:
         """When reward stays flat: what the run's own metrics show, and what to change; None: no hint."""
 
+    # --- `llm-rl compare` ---
+    def variant(self, recipe: dict[str, Any]) -> str | None:
+        """What sets a run apart from others of the algorithm, from its resolved recipe (PPO: a critic-free
+        advantage estimator), for compare's labels; None: nothing."""
+
     # --- `llm-rl migrate` ---
     def missing_counterparts(self, recipe: dict[str, Any]) -> dict[str, str]:
         """Other algorithms' section keys this one has no counterpart for, and why."""

@@ -108,6 +108,10 @@ def flat_reward_hint(series: Series) -> tuple[str, str] | None:
     return trl_groups.zero_spread_hint(series, NAME)
 
 
+def variant(recipe: dict[str, Any]) -> str | None:
+    return None
+
+
 def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
     """PPO's settings that GRPO has no counterpart for."""
     return {

@@ -119,6 +119,10 @@ def flat_reward_hint(series: Series) -> tuple[str, str] | None:
     return trl_groups.zero_spread_hint(series, NAME)
 
 
+def variant(recipe: dict[str, Any]) -> str | None:
+    return None
+
+
 def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
     """Settings of GRPO and PPO that RLOO has no counterpart for."""
     no_critic = "RLOO has no critic: the other completions of the prompt give the baseline"

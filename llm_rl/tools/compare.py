@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from llm_rl.algorithms.ppo.algorithm import METRIC_NAMES as PPO_METRIC_NAMES
+from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.errors import DataError
 from llm_rl.monitoring.metrics import first_and_last_mean
 from llm_rl.run_folder import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, read_rows, write_atomic
@@ -94,13 +95,19 @@ def read_json_file(path: Path) -> dict[str, Any] | None:
         raise DataError(f"not valid JSON: {err}", where=str(path)) from None
 
 
-def recipe_algorithm(folder: Path) -> str | None:
-    """The algorithm named in the run's `recipe.yaml`, or None."""
+def run_recipe(folder: Path) -> dict[str, Any]:
+    """The run's `recipe.yaml` as a mapping; empty when there is none."""
     path = folder / RECIPE_FILE
-    if not path.exists():
-        return None
-    recipe = yaml.safe_load(path.read_text())
-    return recipe.get("algorithm") if isinstance(recipe, dict) else None
+    recipe = yaml.safe_load(path.read_text()) if path.exists() else None
+    return recipe if isinstance(recipe, dict) else {}
+
+
+def algorithm_label(summary: dict[str, Any] | None, recipe: dict[str, Any]) -> str | None:
+    """The run's algorithm, with what sets it apart from other runs of it (the algorithm's `variant`)."""
+    name = (summary or {}).get("algorithm") or recipe.get("algorithm")
+    algorithm = ALGORITHMS.get(name) if isinstance(name, str) else None
+    variant = algorithm.variant(recipe) if algorithm is not None and recipe else None
+    return f"{name} ({variant})" if variant else name
 
 
 def load_run(folder: Path, name: str) -> Run:
@@ -122,8 +129,7 @@ def load_run(folder: Path, name: str) -> Run:
     except json.JSONDecodeError as err:
         raise DataError(f"not JSON lines: {err}", where=str(folder / METRICS_FILE)) from None
     summary = read_json_file(folder / SUMMARY_FILE)
-    algorithm = (summary or {}).get("algorithm") or recipe_algorithm(folder)
-    return Run(folder, name, rows, summary, algorithm)
+    return Run(folder, name, rows, summary, algorithm_label(summary, run_recipe(folder)))
 
 
 def trl_state_file(folder: Path) -> Path | None:

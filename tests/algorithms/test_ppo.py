@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.algorithms.ppo.critic import load_value_model
-from llm_rl.algorithms.ppo.trainer import clip_each_group
+from llm_rl.algorithms.ppo.optimization import clip_each_group
 from llm_rl.errors import RecipeError
 from llm_rl.models.tiny import build_tokenizer, tiny_model_path
 from llm_rl.recipe.load import load_recipe

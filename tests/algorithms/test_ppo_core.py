@@ -206,6 +206,33 @@ def test_value_loss_takes_the_worse_of_clipped_and_unclipped() -> None:
     assert loss.item() == pytest.approx(0.845) and clipfrac.item() == 1.0
 
 
+def test_micro_batch_loss_adds_the_entropy_bonus_and_the_weighted_value_loss() -> None:
+    old = torch.log(tensor([[0.5, 0.5]]))
+    new = torch.log(tensor([[0.75, 0.75]])).requires_grad_()
+    mask = torch.tensor([[True, True]])
+    entropy = tensor([[1.0, 3.0]])
+    # The policy loss of the clipping case above, (-1.2 + 1.5) / 2 = 0.15, less 0.1 x mean entropy 2.
+    policy_only, stats = core.micro_batch_loss(new, entropy, old, tensor([[1.0, -1.0]]), mask, 0.2, 0.1)
+    assert policy_only.item() == pytest.approx(0.15 - 0.2)
+    assert stats["loss/policy_avg"].item() == pytest.approx(0.15) and "loss/value_avg" not in stats
+    # The value case above (0.845) at vf_coef 0.5; the policy's term weighed 0 keeps its gradient at 0.
+    value = core.ValueTerms(
+        tensor([[1.0, 9.0]]),
+        tensor([[0.5, 0.0]]),
+        tensor([[2.0, 0.0]]),
+        torch.tensor([[True, False]]),
+        0.2,
+        0.5,
+    )
+    warming, stats = core.micro_batch_loss(
+        new, entropy, old, tensor([[1.0, -1.0]]), mask, 0.2, 0.1, value, policy_weight=0.0
+    )
+    assert warming.item() == pytest.approx(0.5 * 0.845)
+    assert stats["loss/value_avg"].item() == pytest.approx(0.845) and stats["val/clipfrac_avg"].item() == 1.0
+    warming.backward()
+    assert (new.grad == 0).all()
+
+
 def test_explained_variance() -> None:
     returns = tensor([[1.0, 2.0, 3.0]])
     mask = torch.tensor([[True, True, True]])

@@ -75,7 +75,7 @@ def recorded_rollout(inputs: dict, trainer: ppo.PPOTrainer) -> Rollout:
     context = inputs["context_length"]
     prompt_ids = inputs["query_responses"][:, :context]
     completion_ids = inputs["responses"]
-    stops = trainer.stop_token_ids
+    stops = trainer.rollouts.stop_token_ids
     lengths = response_lengths(completion_ids, stops)
     scores = penalise_missing_stop(
         inputs["scores"], completion_ids, lengths, stops, trainer.settings.missing_eos_penalty
@@ -117,7 +117,9 @@ def test_two_recorded_updates_replay_to_the_same_numbers(
     trainer.micro_batch_loss = recording_loss
     for number, update in enumerate(case["updates"], 1):
         inputs, outputs, metrics = update["inputs"], update["outputs"], update["metrics"]
-        rollout = estimate_advantages(recorded_rollout(inputs, trainer), trainer.advantage_settings())
+        rollout = estimate_advantages(
+            recorded_rollout(inputs, trainer), trainer.rollouts.advantage_settings()
+        )
 
         # The rollout's maths: masks, scores, KL penalty, GAE.
         assert torch.equal(rollout.lengths, inputs["lengths"]), f"update {number}: lengths"

@@ -140,7 +140,7 @@ def replay(recorded: dict[str, Any], tmp_path_factory) -> dict[str, Any]:
     pad = trainer.sampling.pad_token_id
     batches = recorded_batches(recorded, trainer)
     trainer.prompt_batches = lambda: iter(batches)
-    trainer.generator = ReplayedSampling(
+    trainer.rollouts.generator = ReplayedSampling(
         [
             without_trls_pad(update["responses"], recorded["pad_token_id"], pad)
             for update in recorded["updates"]

@@ -86,8 +86,13 @@ def test_zero2_resume_continues_exactly(tmp_path: Path) -> None:
         assert [a[k] for k in keys] == pytest.approx([b[k] for k in keys], rel=1e-5, abs=1e-7)
 
 
-def test_zero3_gathers_whole_weights_for_final(tmp_path: Path) -> None:
-    launch_ppo(ZERO3, tmp_path / "run", "training.max_steps=2")
+@pytest.mark.parametrize("estimator", ["gae", "reinforce_pp_baseline"])
+def test_zero3_gathers_whole_weights_for_final(tmp_path: Path, estimator: str) -> None:
+    """With a critic and without: a critic-free estimator's engine holds the policy alone."""
+    groups = [] if estimator == "gae" else ["ppo.num_generations=4"]
+    launch_ppo(
+        ZERO3, tmp_path / "run", "training.max_steps=2", f"ppo.advantage_estimator={estimator}", *groups
+    )
     run = tmp_path / "run"
     assert [row["samples"] for row in read_rows(run)] == [16, 32]
     assert all(row["grad_norm"] > 0 for row in read_rows(run))
@@ -97,4 +102,8 @@ def test_zero3_gathers_whole_weights_for_final(tmp_path: Path) -> None:
     for key, value in before.items():
         assert after[key].shape == value.shape, key
     assert squared_change(before, after) > 0, "the policy trained"
-    assert load_file(run / "final" / "value_model" / "model.safetensors")
+    if estimator == "gae":
+        assert load_file(run / "final" / "value_model" / "model.safetensors")
+    else:
+        assert not (run / "final" / "value_model").exists()
+        assert all("loss/value" not in row for row in read_rows(run))

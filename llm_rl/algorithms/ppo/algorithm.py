@@ -523,6 +523,15 @@ def flat_reward_hint(series: Series) -> tuple[str, str] | None:
     return diagnosis, advice
 
 
+# --- `llm-rl compare` ---
+
+
+def variant(recipe: dict[str, Any]) -> str | None:
+    """The advantage estimator, when it is not GAE with a critic."""
+    estimator = chosen_estimator(recipe)
+    return None if estimator.needs_critic else f"{estimator.name} advantages, no critic"
+
+
 # --- `llm-rl migrate` ---
 
 # The critic learns this many times faster than the policy (verl's and our arithmetic recipe's ratio).

@@ -1,5 +1,5 @@
 """PPO's maths as pure tensor functions: response masks, KL penalty, per-token rewards, GAE, whitening,
-the clipped policy and value losses, explained variance.
+the clipped policy and value losses and a micro-batch's whole loss, explained variance.
 
 The conventions are TRL's PPOTrainer's (trl <= 1.12), so that a recipe trains as it did there:
 
@@ -158,3 +158,48 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     if variance <= 0:
         return torch.tensor(float("nan"), device=values.device)
     return 1 - masked_var(returns - values, mask, unbiased=False) / variance
+
+
+@dataclass(frozen=True)
+class ValueTerms:
+    """The critic's side of a micro-batch's loss: its new values, the rollout's values and returns."""
+
+    values: torch.Tensor
+    old_values: torch.Tensor
+    returns: torch.Tensor
+    mask: torch.Tensor
+    cliprange_value: float
+    vf_coef: float
+
+
+def micro_batch_loss(
+    logprobs: torch.Tensor,
+    entropy: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange: float,
+    entropy_coef: float = 0.0,
+    value: ValueTerms | None = None,
+    policy_weight: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`policy_weight` x (the clipped policy loss - `entropy_coef` x the mean entropy) + `vf_coef` x the
+    clipped value loss (with a critic), and its statistics under TRL's PPO names. A `policy_weight` of 0
+    (the critic's warm-up) keeps every policy parameter in the graph with a zero gradient."""
+    policy = clipped_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
+    mean_entropy = masked_mean(entropy, mask)
+    policy_loss = policy.loss - entropy_coef * mean_entropy if entropy_coef > 0 else policy.loss
+    stats = {
+        "loss/policy_avg": policy.loss.detach(),
+        "policy/clipfrac_avg": policy.clipfrac,
+        "policy/approxkl_avg": policy.approxkl,
+        "policy/entropy_avg": mean_entropy.detach(),
+        "val/ratio": policy.ratio,
+    }
+    if value is None:
+        return policy_weight * policy_loss, stats
+    value_loss, value_clipfrac = clipped_value_loss(
+        value.values, value.old_values, value.returns, value.mask, value.cliprange_value
+    )
+    stats.update({"loss/value_avg": value_loss.detach(), "val/clipfrac_avg": value_clipfrac})
+    return policy_weight * policy_loss + value.vf_coef * value_loss, stats
