@@ -314,8 +314,6 @@ def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> N
         )
     with naming(where):
         check_backend_settings(generation.backend, generation.min_new_tokens)
-    if recipe.early_stopping.enabled and recipe.early_stopping.patience < 1:
-        raise RecipeError("early_stopping.patience must be at least 1", where=where)
     every = recipe.evaluation.every
     if every is not None and every % training.logging_steps:
         raise RecipeError(

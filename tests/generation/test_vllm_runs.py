@@ -42,6 +42,19 @@ def test_each_algorithm_trains_the_embedded_default_into_a_complete_run_folder(
     assert (run / "final" / "config.json").is_file() and (run / "final" / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("estimator", ["group", "reinforce_pp"])
+def test_ppo_critic_free_estimators_generate_on_vllm(tmp_path: Path, estimator: str) -> None:
+    """4 completions a prompt from the colocated engine, in consecutive rows, and no critic anywhere."""
+    run = tmp_path / "run"
+    summary = run_ok(
+        "ppo", run, "training.max_steps=2", f"ppo.advantage_estimator={estimator}", "ppo.num_generations=4",
+        *VLLM,
+    )  # fmt: skip
+    assert summary["status"] == "completed" and summary["steps"] == 2
+    assert all("reward/group_std" in row and "loss/value" not in row for row in rows(run))
+    assert not (run / "final" / "value_model").exists()
+
+
 def test_llm_rl_train_runs_the_arithmetic_recipe_on_vllm(tmp_path: Path) -> None:
     """The command the README gives, through the console script."""
     run = tmp_path / "run"

@@ -95,7 +95,10 @@ def test_zero3_gathers_whole_weights_for_final(tmp_path: Path, estimator: str) -
     )
     run = tmp_path / "run"
     assert [row["samples"] for row in read_rows(run)] == [16, 32]
-    assert all(row["grad_norm"] > 0 for row in read_rows(run))
+    norms = [row["grad_norm"] for row in read_rows(run)]
+    # A group whose completions all scored alike gives no gradient; with 2 groups a process a whole update
+    # can (seen: step 1, every completion at reward 0.1). The critic's loss always has one.
+    assert all(norm > 0 for norm in norms) if estimator == "gae" else any(norm > 0 for norm in norms)
     recipe = load_recipe(run / "recipe.yaml", [])
     before = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(recipe.model.policy))).state_dict()
     after = AutoModelForCausalLM.from_pretrained(run / "final").state_dict()

@@ -9,7 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llm_rl.algorithms.ppo.estimators import Estimator, find_estimator
 from llm_rl.errors import RecipeError
 from llm_rl.schema import Recipe
+from llm_rl.training.args import world_size
 
+# The recipe section PPO reads (the algorithm's name).
+SECTION = "ppo"
 # Completions per prompt for a group estimator when ppo.num_generations is not set (TRL's GRPO default).
 GROUP_DEFAULT = 8
 # The `ppo:` keys that configure the critic: refused with an estimator that trains none.
@@ -127,8 +130,26 @@ PPO_REFUSED_KEYS = {
 def ppo_settings(recipe: Recipe) -> PPOSettings:
     """The recipe's `ppo:` section, type-checked, with errors naming the key."""
     try:
-        return PPOSettings.model_validate(recipe.section("ppo"))
+        return PPOSettings.model_validate(recipe.section(SECTION))
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
         raise RecipeError(f"ppo.{key}: {first['msg'].lower()}") from None
+
+
+# --- batch arithmetic ---
+
+
+def rollout_batch(recipe: Recipe) -> int:
+    """Completions per update and process: `training.per_device_batch_size x gradient_accumulation_steps`."""
+    return recipe.training.per_device_batch_size * recipe.training.gradient_accumulation_steps
+
+
+def prompts_per_update(recipe: Recipe) -> int:
+    """Prompts per update and process: the rollout batch over `ppo.num_generations`."""
+    return rollout_batch(recipe) // ppo_settings(recipe).group_size
+
+
+def samples_per_step(recipe: Recipe) -> int:
+    """Episodes (prompt-completion pairs) per PPO update over all processes."""
+    return rollout_batch(recipe) * world_size()
