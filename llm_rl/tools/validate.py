@@ -45,8 +45,10 @@ def describe_run(recipe: Recipe) -> str:
     data = components.data
     evaluation = held_out_reward(components)  # refuses evaluation.every without eval prompts
     parameters = sum(p.numel() for p in components.policy.parameters())
+    variant = algorithm.variant(recipe.to_dict())
     lines = [
-        f"recipe OK: {recipe.algorithm.upper()} run {recipe.run_name!r} -> {recipe.output_dir}",
+        f"recipe OK: {recipe.algorithm.upper()} run {recipe.run_name!r}{f' ({variant})' if variant else ''} "
+        f"-> {recipe.output_dir}",
         f"model     {recipe.model.policy} ({parameters:,} parameters) from {components.policy_path}",
         f"data      {recipe.data.label}: {len(data.train)} training prompts"
         + (f", {len(data.eval)} eval prompts" if data.eval is not None else "")

@@ -187,6 +187,16 @@ def test_a_bad_estimator_exits_2_with_one_line_naming_the_key(tmp_path: Path) ->
     assert "Traceback" not in result.stderr
 
 
+def test_validate_names_the_estimator_and_the_unused_critic_keys() -> None:
+    result = run_entry(
+        [LLM_RL, "validate", str(REPO / "recipes" / "arithmetic" / "ppo.yaml"),
+         "--set", "ppo.advantage_estimator=rloo", "--set", "ppo.num_generations=4"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "recipe OK: PPO run 'ppo-arithmetic' (leave_one_out advantages, no critic)" in result.stdout
+    assert result.stderr.count("not used, as ppo.advantage_estimator 'leave_one_out' trains no critic") == 1
+
+
 def test_unused_settings_are_named_for_critic_free_estimators_only(tmp_path: Path) -> None:
     gae = small_ppo_recipe(tmp_path / "a", "ppo.gamma=0.9")
     assert ppo.unused_settings(gae, ppo.ppo_settings(gae)) == []
