@@ -87,13 +87,15 @@ class ProcessRoll:
         key = f"proc/{rank}"
         return json.loads(self.store.get(key)) if self.store.check([key]) else None
 
+    def mark_if_gone(self, rank: int) -> None:
+        """Mark a peer on this host as lost once its process has ended."""
+        peer = self.peer(rank)
+        if rank != self.rank and peer and peer["host"] == self.host and process_is_gone(peer["pid"]):
+            self.store.set(f"lost/{rank}", "1")
+
     def lost_ranks(self) -> dict[int, str]:
         """After a failure: each rank that is gone or silent, with what is known of it."""
         self.store.set(f"survivor/{self.rank}", "1")
-        for rank in range(self.world_size):
-            peer = self.peer(rank)
-            if rank != self.rank and peer and peer["host"] == self.host and process_is_gone(peer["pid"]):
-                self.store.set(f"lost/{rank}", "1")
         deadline = time.monotonic() + ANSWER_SECONDS
         while True:
             unanswered = [
@@ -101,9 +103,14 @@ class ProcessRoll:
                 for rank in range(self.world_size)
                 if not self.store.check([f"survivor/{rank}"]) and not self.store.check([f"lost/{rank}"])
             ]
+            # Looked at again each round: a killed process closes its sockets, which is how this one
+            # failed, a moment before it has ended.
+            for rank in unanswered:
+                self.mark_if_gone(rank)
             if not unanswered or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+        unanswered = [rank for rank in unanswered if not self.store.check([f"lost/{rank}"])]
         lost = {}
         for rank in range(self.world_size):
             peer = self.peer(rank)

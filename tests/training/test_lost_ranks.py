@@ -5,6 +5,9 @@ kills a real rank)."""
 from __future__ import annotations
 
 import errno
+import json
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -42,3 +45,18 @@ def test_what_counts_as_a_broken_collective() -> None:
     assert is_broken_collective(torch.distributed.DistBackendError("NCCL communicator was aborted"))
     assert not is_broken_collective(DISK_FULL)
     assert not is_broken_collective(ValueError("reward function 'accuracy' returned 3 values for 4"))
+
+
+def test_a_peer_that_ends_while_the_survivor_waits_is_named_gone(roll: ProcessRoll, capsys) -> None:
+    """A killed process closes its sockets (how the survivor learns) a moment before it has ended: the
+    survivor keeps looking while it waits, so the peer is named gone, not silent."""
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        roll.store.set("proc/1", json.dumps({"host": roll.host, "pid": ending.pid}))
+        roll.report_lost(GLOO_RESET)
+    finally:
+        ending.wait()
+    assert capsys.readouterr().err == (
+        f"lost 1 of 2 processes: rank 1 (pid {ending.pid} on {roll.host}, gone). The run stops; the same "
+        "command resumes from its last checkpoint\n"
+    )
