@@ -83,6 +83,9 @@ class Estimator:
     needs_groups: bool
     # The definition followed.
     reference: str
+    # What `advantages.normalize: auto` means for it: "batch" (whitening), "group" (the group's spread) or
+    # "none"; `none` turns that off, and no other value applies.
+    auto_normalization: str = "batch"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,8 +225,12 @@ ESTIMATORS: dict[str, Estimator] = {
             True,
             f"arXiv:2501.03262; {OPENRLHF} 'reinforce_baseline'",
         ),
-        Estimator("group", group_estimate, False, True, f"arXiv:2402.03300 (GRPO); {OPENRLHF} 'group_norm'"),
-        Estimator("leave_one_out", leave_one_out, False, True, f"arXiv:2402.14740 (RLOO); {OPENRLHF} 'rloo'"),
+        Estimator(
+            "group", group_estimate, False, True, f"arXiv:2402.03300 (GRPO); {OPENRLHF} 'group_norm'", "group"
+        ),
+        Estimator(
+            "leave_one_out", leave_one_out, False, True, f"arXiv:2402.14740 (RLOO); {OPENRLHF} 'rloo'", "none"
+        ),
     )
 }
 # The spellings of TRL, OpenRLHF and verl for the same estimators.

@@ -25,22 +25,9 @@ from llm_rl.training.args import deepspeed_config_sections, steps_for_budget
 COLOCATED_ONLY = (
     "PPO runs its vLLM engine inside each training process (colocate); a separate server is for GRPO and RLOO"
 )
-
-
 OWN_LOGPROBS = (
     "PPO trains on the log-probs its own forward pass computes for the sampled tokens, never on the engine's"
 )
-
-
-# What `advantages.normalize: auto` means under each estimator; `auto` and `none` are always accepted.
-AUTO_NORMALIZATION = {
-    "gae": "batch",
-    "reinforce_pp": "batch",
-    "reinforce_pp_baseline": "batch",
-    "group": "group",
-    "leave_one_out": "none",
-}
-
 
 # Keys a critic-free estimator has no use for beyond the critic's own (`CRITIC_KEYS`): GAE's lambda and
 # its reward whitening.
@@ -88,11 +75,11 @@ def check_recipe(recipe: Recipe) -> None:
 def check_estimator(recipe: Recipe, settings: PPOSettings) -> None:
     """The advantage estimator's needs: groups that fit the batch and a normalisation it has."""
     estimator = settings.advantage_estimator
-    normalize = recipe.advantages.normalize
-    if normalize not in ("auto", "none", AUTO_NORMALIZATION[estimator]):
+    normalize, own = recipe.advantages.normalize, settings.estimator.auto_normalization
+    if normalize not in ("auto", "none", own):
         raise RecipeError(
             f"advantages.normalize: {normalize!r} does not apply to ppo.advantage_estimator {estimator!r}, "
-            f"which normalises by {AUTO_NORMALIZATION[estimator]} (auto) or not at all (none)"
+            f"which normalises by {own} (auto) or not at all (none)"
             + (
                 "; for GRPO's group normalisation set ppo.advantage_estimator: group"
                 if normalize == "group"
