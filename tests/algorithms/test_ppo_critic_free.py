@@ -217,6 +217,17 @@ def test_unused_settings_are_named_for_critic_free_estimators_only(tmp_path: Pat
     assert not any("gamma" in line for line in ppo.unused_settings(rpp, ppo.ppo_settings(rpp)))
 
 
+def test_a_critic_warmup_left_in_the_recipe_freezes_nothing_without_a_critic(tmp_path: Path) -> None:
+    """The GSM8K recipe's critic_warmup_steps (20) outlasting a short run is no error, and the policy
+    learns from the first update (seen on SmolLM2: the recipe was refused)."""
+    recipe = critic_free_recipe(tmp_path / "run", "group", "ppo.critic_warmup_steps=20")
+    trainer, _ = build_ppo_trainer(recipe)
+    before = {name: value.clone() for name, value in trainer.model.policy.state_dict().items()}
+    trainer.train()
+    after = trainer.model.policy.state_dict()
+    assert any(not torch.equal(before[name], after[name]) for name in before), "the policy trained"
+
+
 def test_group_metrics_of_known_scores() -> None:
     scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5])
     metrics = group_metrics(scores, 2)

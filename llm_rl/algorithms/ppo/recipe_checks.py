@@ -166,7 +166,7 @@ def check_settings(recipe: Recipe, settings: PPOSettings) -> None:
     if recipe.section(SECTION).get("stop_token") is not None and settings.stop_token_id is not None:
         raise RecipeError("ppo.stop_token and ppo.stop_token_id both set: give one")
     steps = steps_for_budget(recipe, samples_per_step(recipe))
-    if settings.critic_warmup_steps >= steps:
+    if settings.warmup_updates >= steps:
         raise RecipeError(
             f"ppo.critic_warmup_steps ({settings.critic_warmup_steps}) is not below the run's {steps} updates: "
             "the policy would never train"

@@ -99,6 +99,12 @@ class PPOSettings(BaseModel):
         return self.estimator.needs_critic
 
     @property
+    def warmup_updates(self) -> int:
+        """Updates at the start in which only the critic learns: `critic_warmup_steps`, and none without a
+        critic (the key is then unused, not a frozen policy)."""
+        return self.critic_warmup_steps if self.needs_critic else 0
+
+    @property
     def group_size(self) -> int:
         """Completions per prompt in a rollout."""
         if self.num_generations is not None:

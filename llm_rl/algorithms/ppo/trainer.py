@@ -293,7 +293,7 @@ class PPOTrainer(PPOOptimization, PolicyAndCriticSaving, StagedCheckpoints, Trai
     @property
     def warming_up(self) -> bool:
         """Whether this update is one of the critic's warm-up updates (`ppo.critic_warmup_steps`)."""
-        return self.state.global_step < self.settings.critic_warmup_steps
+        return self.state.global_step < self.settings.warmup_updates
 
     # ------------------------------------------------------------------------------------------------
     # Rollout: generate, score, evaluate, estimate advantages
