@@ -80,9 +80,11 @@ def command_train(args: argparse.Namespace) -> int:
     """Train a recipe and print where its run folder is."""
     from llm_rl.recipe.load import load_recipe
     from llm_rl.run.training import is_main_process, train
+    from llm_rl.training.args import end_processes
 
     recipe = load_recipe(args.recipe, args.overrides)
     summary = train(recipe)
+    end_processes()
     if is_main_process():
         print(
             f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
@@ -417,9 +419,11 @@ def command_train_reward_model(args: argparse.Namespace) -> int:
     """Train a reward model and print its held-out pairwise accuracy and folder."""
     from llm_rl.reward_model.train import load_reward_recipe, train_reward_model
     from llm_rl.run.training import is_main_process
+    from llm_rl.training.args import end_processes
 
     recipe = load_reward_recipe(args.recipe, args.overrides)
     summary = train_reward_model(recipe)
+    end_processes()
     if is_main_process():
         print(
             f"held-out pairwise accuracy {summary['held_out_pairwise_accuracy']:.3f} on "
