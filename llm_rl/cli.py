@@ -79,8 +79,8 @@ def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespa
 def command_train(args: argparse.Namespace) -> int:
     """Train a recipe and print where its run folder is."""
     from llm_rl.recipe.load import load_recipe
-    from llm_rl.run.training import is_main_process, train
-    from llm_rl.training.args import end_processes
+    from llm_rl.run.training import train
+    from llm_rl.training.args import end_processes, is_main_process
 
     recipe = load_recipe(args.recipe, args.overrides)
     summary = train(recipe)
@@ -169,13 +169,7 @@ def command_serve(args: argparse.Namespace) -> int:
         from llm_rl.tools.serve import ServeLimits, serve_backend
         from llm_rl.tools.serve.vllm_server import refuse_fastapi_limits
 
-    limits = ServeLimits(
-        max_body_bytes=args.max_body_bytes,
-        max_prompts=args.max_prompts,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_new_tokens=args.max_new_tokens,
-        batch_wait_seconds=args.batch_wait_ms / 1000,
-    )
+    limits = ServeLimits.from_flags(args)
     # The key from the flag or the environment; never printed.
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     # The limit flags are checked first: before the policy, or vLLM, is looked for.
@@ -418,8 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def command_train_reward_model(args: argparse.Namespace) -> int:
     """Train a reward model and print its held-out pairwise accuracy and folder."""
     from llm_rl.reward_model.train import load_reward_recipe, train_reward_model
-    from llm_rl.run.training import is_main_process
-    from llm_rl.training.args import end_processes
+    from llm_rl.training.args import end_processes, is_main_process
 
     recipe = load_reward_recipe(args.recipe, args.overrides)
     summary = train_reward_model(recipe)

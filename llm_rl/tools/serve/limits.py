@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llm_rl.tools.serve.errors import ApiError
 
@@ -18,6 +19,17 @@ class ServeLimits:
     # How long the batcher waits for more requests to join a batch, and the largest batch it makes.
     batch_wait_seconds: float = 0.01
     max_batch_prompts: int = 64
+
+    @classmethod
+    def from_flags(cls, flags: Any) -> ServeLimits:
+        """The limits `llm-rl serve`'s flags set (`--max-body-bytes`, `--batch-wait-ms`, ...)."""
+        return cls(
+            max_body_bytes=flags.max_body_bytes,
+            max_prompts=flags.max_prompts,
+            max_prompt_tokens=flags.max_prompt_tokens,
+            max_new_tokens=flags.max_new_tokens,
+            batch_wait_seconds=flags.batch_wait_ms / 1000,
+        )
 
     def body_too_large(self, size: int, exact: bool = True) -> ApiError:
         """413 for a body of `size` bytes (at least `size` when the client sent no length)."""
