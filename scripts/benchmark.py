@@ -9,7 +9,7 @@ repeat (A B, B A, A B ...): drift in the machine's speed, and the place in the o
 alike. The script reports medians, and the median of the ratios of each repeat's pair.
 
 - (a) GRPO: `llm_rl.run.training.train` on the embedded recipe against TRL's `GRPOTrainer` built by hand with
-  the same `GRPOConfig` (from `llm_rl.algorithms.grpo.trainer_config`), model, prompts and reward functions
+  the same `GRPOConfig` (from `GRPO.trainer_config`, `llm_rl.algorithms.grpo`), model, prompts and reward functions
   written as plain Python.
 - (b) PPO (llm_rl's own trainer, with a `reward_model` reward): its update by phase, with timers on
   each step of the loop (generate; score; log-probs, reference and values; advantages; the PPO epochs;
@@ -202,8 +202,8 @@ def run_raw_grpo(recipe) -> StepTimer:
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import GRPOTrainer
 
-    from llm_rl.algorithms.grpo import trainer_config
-    from llm_rl.algorithms.trl_groups import compiled_generation
+    from llm_rl.algorithms.grpo import GRPO
+    from llm_rl.algorithms.trl_groups.trainer import compiled_generation
     from llm_rl.data.tasks import build_arithmetic
     from llm_rl.models.load import model_dtype, resolve_model_path
 
@@ -216,7 +216,7 @@ def run_raw_grpo(recipe) -> StepTimer:
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
         reward_funcs=[exact_sum, bare_number],
-        args=trainer_config(recipe),
+        args=GRPO.trainer_config(recipe),
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[timer],

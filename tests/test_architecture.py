@@ -13,6 +13,8 @@ fails here.
 from __future__ import annotations
 
 import ast
+import sys
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,21 +267,40 @@ def test_llm_rl_keeps_the_rule(llm_rl_modules: dict[str, Module], rule: str) -> 
     assert violations(llm_rl_modules, set(ALGORITHMS))[rule] == []
 
 
+def defines_an_algorithm(module: Module) -> bool:
+    """A module that is an algorithm (a module-level `NAME`) or declares one (`X = GroupTrainer(...)`)."""
+    for node in module.tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        target = ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target)
+        declared = isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "GroupTrainer"
+        if target == "NAME" or declared:
+            return True
+    return False
+
+
+def home_module(algorithm: object) -> str:
+    """The module an algorithm is, or the one that declares it."""
+    if isinstance(algorithm, types.ModuleType):
+        return algorithm.__name__
+    return next(
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("llm_rl.algorithms.")
+        and any(value is algorithm for value in vars(module).values())
+    )
+
+
 def test_the_registry_names_every_algorithm_module(llm_rl_modules: dict[str, Module]) -> None:
     """An algorithm module the registry does not list would be dead code, or an algorithm half added."""
     registry = llm_rl_modules["llm_rl.algorithms.registry"]
     algorithm_modules = {
         name
         for name, module in llm_rl_modules.items()
-        if layer_of(name) == "algorithms"
-        and any(
-            ast.unparse(n.targets[0] if isinstance(n, ast.Assign) else n.target) == "NAME"
-            for n in module.tree.body
-            if isinstance(n, ast.Assign | ast.AnnAssign)
-        )
+        if layer_of(name) == "algorithms" and defines_an_algorithm(module)
     }
     assert algorithm_modules == registry.imports - {"llm_rl.algorithms.base", "llm_rl.errors"}
-    assert {module.__name__ for module in ALGORITHMS.values()} == algorithm_modules
+    assert {home_module(algorithm) for algorithm in ALGORITHMS.values()} == algorithm_modules
 
 
 BROKEN = {
@@ -342,8 +363,7 @@ MAX_MODULE_LINES = 350
 OVERSIZED = {
     "recipe/flat_trl.py": 646,
     "schema.py": 570,
-    "algorithms/trl_groups.py": 549,
-    "cli.py": 458,
+    "cli.py": 455,
     "recipe/load.py": 452,
     "tools/compare.py": 386,
     "recipe/trl_ppo.py": 383,

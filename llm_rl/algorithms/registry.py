@@ -1,20 +1,21 @@
 """The algorithms a recipe can name, by plain imports: `algorithm: <name>` -> its module.
 
-Adding an algorithm is one module under `llm_rl/algorithms/` that provides `base.Algorithm`, and one
-line here (docs/architecture.md).
+Adding an algorithm is one module under `llm_rl/algorithms/` that provides `base.Algorithm` (a TRL
+group trainer: one `GroupTrainer` declaration), and one line here (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from llm_rl.algorithms import grpo, rloo
 from llm_rl.algorithms.base import Algorithm
+from llm_rl.algorithms.grpo import GRPO
 from llm_rl.algorithms.ppo import algorithm as ppo
+from llm_rl.algorithms.rloo import RLOO
 from llm_rl.errors import RecipeError
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "grpo": grpo,
+    "grpo": GRPO,
     "ppo": ppo,
-    "rloo": rloo,
+    "rloo": RLOO,
 }
 
 

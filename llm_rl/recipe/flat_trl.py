@@ -10,7 +10,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from llm_rl.algorithms.registry import ALGORITHMS
-from llm_rl.algorithms.trl_groups import field_default
+from llm_rl.algorithms.trl_groups.config import field_default
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import Migration, get, put
 from llm_rl.schema import SHARED_TRL_FIELDS, Recipe

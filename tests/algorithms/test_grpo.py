@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_rl.algorithms.grpo import samples_per_step, trainer_config
+from llm_rl.algorithms.grpo import GRPO
 from llm_rl.recipe.load import load_recipe
 from tests.conftest import REPO, run_entry
 
@@ -141,11 +141,11 @@ def test_grpo_section_reaches_trl_config(tmp_path: Path) -> None:
         REPO / "recipes" / "arithmetic" / "grpo.yaml",
         ["grpo.loss_type=grpo", "grpo.epsilon=0.3", "grpo.num_iterations=2", f"run.output_dir={tmp_path}"],
     )
-    config = trainer_config(recipe)
+    config = GRPO.trainer_config(recipe)
     assert (config.loss_type, config.epsilon, config.num_iterations) == ("grpo", 0.3, 2)
     assert config.max_completion_length == recipe.generation.max_new_tokens
     assert config.reward_weights == [1.0, 0.1]
-    assert samples_per_step(recipe) == 64 // 2
+    assert GRPO.samples_per_step(recipe) == 64 // 2
 
 
 @pytest.mark.floors
@@ -212,10 +212,9 @@ def test_router_loss_weight_on_a_dense_model_is_refused_before_training(tmp_path
 
 @pytest.mark.parametrize("choice", ["group", "batch", "none"])
 def test_grpo_normalisation_reaches_trl(choice: str) -> None:
-    from llm_rl.algorithms.grpo import trainer_config
 
     recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [f"advantages.normalize={choice}"])
-    assert trainer_config(recipe).scale_rewards == choice
+    assert GRPO.trainer_config(recipe).scale_rewards == choice
 
 
 # --- generation backends: how completions are generated, never what ---
@@ -289,7 +288,7 @@ def test_generation_backend_reaches_trl(tmp_path: Path, backend: str, fields: di
         REPO / "recipes" / "arithmetic" / "grpo.yaml",
         [f"generation.backend={backend}", "generation.batch_size=128", f"run.output_dir={tmp_path}"],
     )
-    config = trainer_config(recipe)
+    config = GRPO.trainer_config(recipe)
     assert {key: getattr(config, key) for key in fields} == fields
     # generation.batch_size is TRL's generation batch per process: two micro-batches of 64 per generation.
     assert (config.generation_batch_size, config.steps_per_generation) == (128, 2)
@@ -297,14 +296,13 @@ def test_generation_backend_reaches_trl(tmp_path: Path, backend: str, fields: di
 
 def test_paged_cache_is_sized_to_the_generation_batch(tmp_path: Path) -> None:
     """TRL would size it to half the free memory: on a CPU, half the host's RAM."""
-    from llm_rl.algorithms.grpo import build_trainer
     from llm_rl.run.training import build_components
 
     def paged_cache(*overrides: str):
         paged = ["generation.backend=paged", "training.per_device_batch_size=16", "generation.batch_size=32"]
         paged.append(f"run.output_dir={tmp_path}")
         recipe = load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [*paged, *overrides])
-        return build_trainer(build_components(recipe), []).continuous_batching_config
+        return GRPO.build_trainer(build_components(recipe), []).continuous_batching_config
 
     cache = paged_cache()
     # 32 sequences of at most a page each (arithmetic prompts are a few tokens long).

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from transformers import LlamaConfig
 
-from llm_rl.algorithms.rloo import samples_per_step, trainer_config
+from llm_rl.algorithms.rloo import RLOO
 from llm_rl.cli import main
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.load import load_recipe, validate_recipe
@@ -44,25 +44,25 @@ def rloo_recipe(*overrides: str):
 
 
 def test_rloo_section_and_shared_sections_reach_the_trl_config() -> None:
-    config = trainer_config(rloo_recipe("rloo.epsilon=0.3", "generation.temperature=0.7"))
+    config = RLOO.trainer_config(rloo_recipe("rloo.epsilon=0.3", "generation.temperature=0.7"))
     assert (config.num_generations, config.beta, config.epsilon) == (8, 0.0, 0.3)
     assert (config.max_completion_length, config.temperature) == (3, 0.7)
     assert config.reward_weights == [1.0, 0.1]
     assert config.per_device_train_batch_size == 64 and config.learning_rate == 1e-4
     # TRL's own default: leave-one-out advantages, not divided by anything.
     assert config.normalize_advantages is False
-    assert trainer_config(rloo_recipe("advantages.normalize=batch")).normalize_advantages is True
-    assert samples_per_step(rloo_recipe()) == 64
-    assert samples_per_step(rloo_recipe("rloo.num_iterations=2")) == 32
+    assert RLOO.trainer_config(rloo_recipe("advantages.normalize=batch")).normalize_advantages is True
+    assert RLOO.samples_per_step(rloo_recipe()) == 64
+    assert RLOO.samples_per_step(rloo_recipe("rloo.num_iterations=2")) == 32
 
 
 def test_generation_backend_and_rollout_batch_reach_the_trl_config() -> None:
     """RLOO shares GRPO's mapping: static is TRL's static cache, paged its continuous batching, and the
     rollout batch TRL's generation batch (in whole micro-batches)."""
-    static = trainer_config(rloo_recipe("generation.backend=static", "generation.batch_size=128"))
+    static = RLOO.trainer_config(rloo_recipe("generation.backend=static", "generation.batch_size=128"))
     assert (static.cache_implementation, static.use_transformers_continuous_batching) == ("static", False)
     assert (static.generation_batch_size, static.steps_per_generation) == (128, 2)
-    paged = trainer_config(rloo_recipe("generation.backend=paged"))
+    paged = RLOO.trainer_config(rloo_recipe("generation.backend=paged"))
     assert (paged.cache_implementation, paged.use_transformers_continuous_batching) == (None, True)
 
 

@@ -47,7 +47,7 @@ from llm_rl.algorithms.ppo.settings import (
     rollout_batch,
     samples_per_step,
 )
-from llm_rl.algorithms.trl_groups import zero_spread_hint
+from llm_rl.algorithms.trl_groups.migration import zero_spread_hint
 from llm_rl.data.prompts import tokenize_prompts
 from llm_rl.errors import DataError, RecipeError
 from llm_rl.generation.backends import resolve_backend

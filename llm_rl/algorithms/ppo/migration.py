@@ -10,7 +10,7 @@ from typing import Any
 from llm_rl.algorithms.ppo.estimators import Estimator, find_estimator
 from llm_rl.algorithms.ppo.recipe_checks import OWN_LOGPROBS
 from llm_rl.algorithms.ppo.settings import GROUP_DEFAULT, PPO_REFUSED_KEYS, SECTION, PPOSettings
-from llm_rl.algorithms.trl_groups import migrated_group
+from llm_rl.algorithms.trl_groups.migration import migrated_group
 from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import steps_for_budget

@@ -11,6 +11,7 @@ from accelerate import Accelerator
 
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.rollout import Rollout
+from llm_rl.algorithms.trl_groups.group_spread import group_spreads
 from llm_rl.models.completions import ends_with_stop
 from llm_rl.rewards.scoring import RewardAdapter, reward_metrics
 
@@ -74,7 +75,7 @@ def group_metrics(scores: torch.Tensor, group_size: int) -> dict[str, float]:
     `scores` is the gathered batch: each process holds whole groups, so groups stay consecutive."""
     if group_size < 2:
         return {}
-    spread = scores.view(-1, group_size).std(dim=1, unbiased=False)
+    spread = group_spreads(scores, group_size)
     return {
         "reward/group_std": spread.mean().item(),
         "frac_reward_zero_std": torch.isclose(spread, torch.zeros_like(spread)).float().mean().item(),
