@@ -178,13 +178,27 @@ def run_ours(recipe, *extra_callbacks: TrainerCallback) -> StepTimer:
     from llm_rl.run.training import train
 
     timer = StepTimer()
-    module = ALGORITHMS[recipe.algorithm]
-    build = module.build_trainer
-    module.build_trainer = lambda components, callbacks: build(
-        components, [*callbacks, timer, *extra_callbacks]
-    )
-    train(recipe)
+    algorithm = ALGORITHMS[recipe.algorithm]
+    ALGORITHMS[recipe.algorithm] = WithCallbacks(algorithm, [timer, *extra_callbacks])
+    try:
+        train(recipe)
+    finally:
+        ALGORITHMS[recipe.algorithm] = algorithm
     return timer
+
+
+class WithCallbacks:
+    """An algorithm whose trainers get more callbacks (a module or a declaration, which is frozen)."""
+
+    def __init__(self, algorithm: Any, callbacks: list[TrainerCallback]) -> None:
+        self.algorithm = algorithm
+        self.callbacks = callbacks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.algorithm, name)
+
+    def build_trainer(self, components: Any, callbacks: list[TrainerCallback]) -> Any:
+        return self.algorithm.build_trainer(components, [*callbacks, *self.callbacks])
 
 
 def exact_sum(prompts, completions, answer, **kwargs) -> list[float]:
