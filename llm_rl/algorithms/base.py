@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -71,6 +72,35 @@ class Counterpart(NamedTuple):
     meaning: str
 
 
+class Idea(StrEnum):
+    """What an algorithm's own section key sets, in words every algorithm shares: `llm-rl migrate`
+    matches a source key to the target's key for the same idea, or to the target's reason for having
+    none (`Algorithm.KEY_IDEAS`, `Algorithm.lacking`)."""
+
+    CRITIC = "a critic"
+    VALUE_LOSS = "a value loss"
+    GAE = "GAE"
+    ESTIMATOR = "a choice of advantage estimator"
+    ADVANTAGE_SCALING = "advantage scaling"
+    MINI_BATCHES = "mini-batches of a generation"
+    GENERATION_BATCH = "a generation batch of its own size"
+    TRUNCATED_COMPLETIONS = "truncated completions"
+    UNSCORED_COMPLETIONS = "completions no reward scored"
+    GROUPS = "groups of completions per prompt"
+    HELD_OUT_GROUPS = "groups on held-out prompts"
+    LOSS_AGGREGATION = "a choice of loss aggregation"
+    ASYMMETRIC_CLIP = "an asymmetric ratio clip"
+    TWO_SIDED_CLIP = "two-sided ratio clipping"
+    SEQUENCE_RATIO = "a sequence-level ratio"
+    ENTROPY_MASK = "entropy masking"
+    REFERENCE_SYNC = "a reference model that follows the policy"
+    ROUTER_LOSS = "a Mixture-of-Experts load-balancing loss"
+    ENGINE_CORRECTION = "a correction for the engine's sampling probabilities"
+    ENGINE_MODEL = "a choice of the engine's model implementation"
+    STRUCTURED_OUTPUTS = "structured outputs"
+    HUB_PUSH = "pushing to a hub"
+
+
 class SharedOverride(NamedTuple):
     """A shared setting (a dotted key) that an algorithm cannot run as another's recipe may set it
     (`llm-rl migrate`)."""
@@ -103,6 +133,9 @@ class Algorithm(Protocol):
     # Shared settings (dotted keys) a recipe migrated to it cannot keep as they are, for migrate
     # (PPO: generation.vllm.mode: server).
     SHARED_OVERRIDES: Mapping[str, SharedOverride]
+    # Its own section's keys that set an idea other algorithms set another way or not at all, for migrate
+    # (PPO: whiten_rewards -> advantage scaling, which GRPO sets with scale_rewards).
+    KEY_IDEAS: Mapping[str, Idea]
 
     # --- the recipe (`llm_rl.recipe.load`) ---
     def section_fields(self) -> frozenset[str]:
@@ -161,8 +194,9 @@ class Algorithm(Protocol):
         advantage estimator), for compare's labels; None: nothing."""
 
     # --- `llm-rl migrate` ---
-    def missing_counterparts(self, recipe: dict[str, Any]) -> dict[str, str]:
-        """Other algorithms' section keys this one has no counterpart for, and why."""
+    def lacking(self, recipe: dict[str, Any]) -> Mapping[Idea, str]:
+        """The ideas it has no setting for as `recipe` (the migrated recipe, its target section as
+        chosen so far) would run it, and why (GRPO: a critic)."""
 
     def complete_migration(
         self, recipe: dict[str, Any], section: dict[str, Any]

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from trl import GRPOConfig
 
+from llm_rl.algorithms.base import Idea
 from llm_rl.algorithms.trl_groups.declaration import GroupTrainer
-
-NO_CRITIC = "GRPO has no critic"
-NOT_GAE = "GRPO's advantage is the group-normalised reward, not GAE"
 
 GRPO = GroupTrainer(
     NAME="grpo",
@@ -21,14 +19,10 @@ GRPO = GroupTrainer(
     kl_meaning="GRPO's beta weighs a KL loss term",
     advantage_key="scale_rewards",
     advantage_values={"group": "group", "batch": "batch", "none": "none"},
-    missing={
-        **dict.fromkeys(("value_model", "critic_learning_rate", "critic_warmup_steps"), NO_CRITIC),
-        **dict.fromkeys(("vf_coef", "cliprange_value"), "GRPO has no value loss"),
-        **dict.fromkeys(("gamma", "lam"), NOT_GAE),
-        "advantage_estimator": "GRPO's advantage is always the group-standardised reward (PPO's estimator: group)",
-        "whiten_rewards": "nearest: grpo.scale_rewards",
-        "num_mini_batches": "nearest: grpo.steps_per_generation",
-        "missing_eos_penalty": "nearest: grpo.mask_truncated_completions",
-        "none_reward": "GRPO leaves samples out of a reward that returns None",
+    lacks={
+        Idea.CRITIC: "GRPO has no critic",
+        Idea.VALUE_LOSS: "GRPO has no value loss",
+        Idea.GAE: "GRPO's advantage is the group-normalised reward, not GAE",
+        Idea.ESTIMATOR: "GRPO's advantage is always the group-standardised reward (PPO's estimator: group)",
     },
 )

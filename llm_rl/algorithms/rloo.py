@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from trl import RLOOConfig
 
+from llm_rl.algorithms.base import Idea
 from llm_rl.algorithms.trl_groups.declaration import GroupTrainer
-
-NO_CRITIC = "RLOO has no critic: the other completions of the prompt give the baseline"
 
 RLOO = GroupTrainer(
     NAME="rloo",
@@ -23,16 +22,12 @@ RLOO = GroupTrainer(
     advantage_values={"batch": True, "none": False},
     # TRL's default group is 2, which leaves a one-sample baseline: a converted recipe gets up to 8.
     migrated_group_size=8,
-    missing={
-        "scale_rewards": "RLOO does not divide by the group's spread; nearest: rloo.normalize_advantages",
-        "loss_type": "RLOO's loss is one clipped ratio per completion",
-        "importance_sampling_level": "RLOO's ratio is per sequence already",
-        **dict.fromkeys(("value_model", "critic_learning_rate", "critic_warmup_steps"), NO_CRITIC),
-        **dict.fromkeys(("vf_coef", "cliprange_value"), "RLOO has no value loss"),
-        **dict.fromkeys(("gamma", "lam"), "RLOO's advantage is the leave-one-out reward, not GAE"),
-        "advantage_estimator": "RLOO's advantage is always the leave-one-out reward (PPO's estimator: leave_one_out)",
-        "whiten_rewards": "nearest: rloo.normalize_advantages",
-        "num_mini_batches": "nearest: rloo.steps_per_generation",
-        "missing_eos_penalty": "nearest: rloo.mask_truncated_completions",
+    lacks={
+        Idea.CRITIC: "RLOO has no critic: the other completions of the prompt give the baseline",
+        Idea.VALUE_LOSS: "RLOO has no value loss",
+        Idea.GAE: "RLOO's advantage is the leave-one-out reward, not GAE",
+        Idea.ESTIMATOR: "RLOO's advantage is always the leave-one-out reward (PPO's estimator: leave_one_out)",
+        Idea.LOSS_AGGREGATION: "RLOO's loss is one clipped ratio per completion",
+        Idea.SEQUENCE_RATIO: "RLOO's ratio is per sequence already",
     },
 )

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from llm_rl.algorithms.base import Algorithm, Counterpart
+from llm_rl.algorithms.base import Algorithm, Counterpart, Idea
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
@@ -76,7 +76,9 @@ def convert_section(
 ) -> dict[str, Any]:
     """Pop the source algorithm's section and return it as the target's: settings both have under other
     names renamed (the source's TRL defaults carried where the target's differ), keys both take kept,
-    the rest warned about. `recipe` may hold the target's section with the settings chosen for it."""
+    the rest warned about: with the target's reason where it has no setting for the key's idea
+    (`Algorithm.lacking`), else with the target's keys for that idea (`Algorithm.KEY_IDEAS`). `recipe`
+    may hold the target's section with the settings chosen for it."""
     section = recipe.pop(source.NAME, {}) or {}
     fields = target.section_fields()
     renames = {
@@ -93,22 +95,29 @@ def convert_section(
         and shared in target.COUNTERPARTS
         and (mine.key, mine.default) != (target.COUNTERPARTS[shared].key, target.COUNTERPARTS[shared].default)
     }
-    missing = target.missing_counterparts({**recipe, "algorithm": source.NAME, source.NAME: section})
+    lacking = target.lacking({**recipe, "algorithm": source.NAME, source.NAME: section})
     converted: dict[str, Any] = {}
     for key, value in {**defaults, **section}.items():
         origin = f"{source.NAME}.{key}" if key in section else f"{source.NAME}.{key} (TRL default)"
+        idea = source.KEY_IDEAS.get(key)
         if key in renames:
             name, note = renames[key]
             converted[name] = value
             out.keep(origin, value, f"{target.NAME}.{name}", note)
-        elif key in missing:
-            out.warn(origin, value, f"no {target.NAME.upper()} counterpart: {missing[key]}")
+        elif idea in lacking:
+            out.warn(origin, value, f"no {target.NAME.upper()} counterpart: {lacking[idea]}")
         elif key in fields:
             converted[key] = value
             out.keep(origin, value, f"{target.NAME}.{key}")
         else:
-            out.warn(origin, value, f"no {target.NAME.upper()} counterpart")
+            out.warn(origin, value, f"no {target.NAME.upper()} counterpart{nearest_key(target, idea)}")
     return converted
+
+
+def nearest_key(target: Algorithm, idea: Idea | None) -> str:
+    """'; nearest: ppo.whiten_rewards' where the target sets the same idea with keys of its own."""
+    keys = [key for key, its_idea in target.KEY_IDEAS.items() if idea is not None and its_idea == idea]
+    return f"; nearest: {', '.join(f'{target.NAME}.{key}' for key in keys)}" if keys else ""
 
 
 # `get`'s answer for a key the recipe leaves out.

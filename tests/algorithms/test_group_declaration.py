@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from trl import GRPOConfig
 
+from llm_rl.algorithms.base import Idea
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.algorithms.trl_groups.declaration import GroupTrainer
 from llm_rl.errors import RecipeError
@@ -29,7 +30,7 @@ DR_GRPO = GroupTrainer(
     kl_meaning="Dr. GRPO's beta weighs a KL loss term",
     advantage_key="scale_rewards",
     advantage_values={"none": "none"},
-    missing={"value_model": "Dr. GRPO has no critic"},
+    lacks={Idea.CRITIC: "Dr. GRPO has no critic"},
 )
 
 
@@ -81,3 +82,13 @@ def test_migrate_converts_a_grpo_recipe_to_a_registered_declaration(registered) 
     assert migration.recipe["algorithm"] == "dr_grpo" and "grpo" not in migration.recipe
     assert section["num_generations"] == 8
     assert any(row.target == "dr_grpo.beta" for row in migration.rows)
+
+
+def test_migrate_finds_counterparts_from_each_sides_own_keys(registered) -> None:
+    """No algorithm lists another's keys: PPO's keys meet the declaration's by the idea they set."""
+    migration = migrate(ARITHMETIC / "ppo.yaml", "dr_grpo")
+    warned = {row.source: row.note for row in migration.warnings}
+    assert warned["ppo.value_model"] == "no DR_GRPO counterpart: Dr. GRPO has no critic"
+    assert warned["ppo.num_mini_batches"] == "no DR_GRPO counterpart; nearest: dr_grpo.steps_per_generation"
+    back = migrate(ARITHMETIC / "grpo.yaml", "ppo", overrides=["ppo.advantage_estimator=group"])
+    assert back.recipe["ppo"]["num_generations"] == 8  # a group estimator has groups: kept, not warned

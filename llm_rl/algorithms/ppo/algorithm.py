@@ -28,8 +28,9 @@ from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
 from llm_rl.algorithms.base import Components, Counterpart, Series, SharedOverride
 from llm_rl.algorithms.ppo.critic import load_value_model, value_model_source
+from llm_rl.algorithms.ppo.migration import KEY_IDEAS as KEY_IDEAS
 from llm_rl.algorithms.ppo.migration import complete_migration as complete_migration
-from llm_rl.algorithms.ppo.migration import missing_counterparts as missing_counterparts
+from llm_rl.algorithms.ppo.migration import lacking as lacking
 from llm_rl.algorithms.ppo.migration import variant as variant
 from llm_rl.algorithms.ppo.recipe_checks import (
     OWN_LOGPROBS,

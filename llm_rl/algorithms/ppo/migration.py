@@ -1,5 +1,5 @@
-"""PPO's answers to `llm-rl migrate` (what it has no counterpart for, the critic or the groups a migrated
-recipe starts with) and to `llm-rl compare` (what sets a run apart: a critic-free estimator)."""
+"""PPO's answers to `llm-rl migrate` (the ideas its own keys set and those it has no setting for, the
+critic or the groups a migrated recipe starts with) and to `llm-rl compare` (what sets a run apart: a critic-free estimator)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import copy
 import math
 from typing import Any
 
+from llm_rl.algorithms.base import Idea
 from llm_rl.algorithms.ppo.estimators import Estimator, find_estimator
 from llm_rl.algorithms.ppo.recipe_checks import OWN_LOGPROBS
 from llm_rl.algorithms.ppo.settings import GROUP_DEFAULT, PPO_REFUSED_KEYS, SECTION, PPOSettings
 from llm_rl.algorithms.trl_groups.migration import migrated_group
-from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 from llm_rl.schema import Recipe
 from llm_rl.training.args import steps_for_budget
 
@@ -39,28 +39,39 @@ def chosen_estimator(recipe: dict[str, Any]) -> Estimator:
     return find_estimator(str(section.get("advantage_estimator", PPOSettings().advantage_estimator)))
 
 
-def missing_counterparts(recipe: dict[str, Any]) -> dict[str, str]:
-    """The group algorithms' settings that PPO has no counterpart for, and the nearest thing where
-    there is one. Under a group estimator (`ppo.advantage_estimator`), `num_generations` is PPO's too."""
-    groups = {} if chosen_estimator(recipe).needs_groups else {"num_generations": batch_semantics(recipe)}
+# PPO's own keys that set an idea other algorithms set another way or not at all.
+KEY_IDEAS = {
+    **dict.fromkeys(("value_model", "critic_learning_rate", "critic_warmup_steps"), Idea.CRITIC),
+    **dict.fromkeys(("vf_coef", "cliprange_value"), Idea.VALUE_LOSS),
+    **dict.fromkeys(("gamma", "lam"), Idea.GAE),
+    "advantage_estimator": Idea.ESTIMATOR,
+    "whiten_rewards": Idea.ADVANTAGE_SCALING,
+    "num_mini_batches": Idea.MINI_BATCHES,
+    "missing_eos_penalty": Idea.TRUNCATED_COMPLETIONS,
+    "none_reward": Idea.UNSCORED_COMPLETIONS,
+    "num_generations": Idea.GROUPS,
+}
+
+
+def lacking(recipe: dict[str, Any]) -> dict[Idea, str]:
+    """The ideas PPO has no setting for, and why. Under a group estimator (`ppo.advantage_estimator`) it
+    has groups (`ppo.num_generations`)."""
+    groups = {} if chosen_estimator(recipe).needs_groups else {Idea.GROUPS: batch_semantics(recipe)}
     return {
         **groups,
-        "num_generations_eval": "PPO's held-out reward samples one completion per prompt",
-        "loss_type": "PPO's loss is the clipped surrogate averaged over tokens",
-        "scale_rewards": "PPO normalises advantages itself; ppo.whiten_rewards is the nearest knob",
-        "epsilon_high": "PPO's clip is symmetric (ppo.cliprange)",
-        "mask_truncated_completions": "nearest: ppo.missing_eos_penalty",
-        "steps_per_generation": "PPO generates each update's batch; ppo.num_mini_batches splits it",
-        "generation_batch_size": "PPO generates each update's batch",
-        "importance_sampling_level": "no sequence-level ratio in PPO",
-        "top_entropy_quantile": "no entropy masking in PPO",
-        "delta": "no two-sided clipping in PPO",
-        "sync_ref_model": "PPO's reference model stays fixed",
-        "router_aux_loss_coef": "PPO adds no Mixture-of-Experts load-balancing loss",
-        **dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, OWN_LOGPROBS),
-        "vllm_model_impl": "PPO's vLLM engine lets vLLM choose the model's implementation (auto)",
-        "vllm_structured_outputs_regex": "PPO samples without structured outputs",
-        **{key: f"llm_rl's PPO does not use it: {why}" for key, why in PPO_REFUSED_KEYS.items()},
+        Idea.HELD_OUT_GROUPS: "PPO's held-out reward samples one completion per prompt",
+        Idea.LOSS_AGGREGATION: "PPO's loss is the clipped surrogate averaged over tokens",
+        Idea.ASYMMETRIC_CLIP: "PPO's clip is symmetric (ppo.cliprange)",
+        Idea.TWO_SIDED_CLIP: "no two-sided clipping in PPO",
+        Idea.GENERATION_BATCH: "PPO generates each update's batch",
+        Idea.SEQUENCE_RATIO: "no sequence-level ratio in PPO",
+        Idea.ENTROPY_MASK: "no entropy masking in PPO",
+        Idea.REFERENCE_SYNC: "PPO's reference model stays fixed",
+        Idea.ROUTER_LOSS: "PPO adds no Mixture-of-Experts load-balancing loss",
+        Idea.ENGINE_CORRECTION: OWN_LOGPROBS,
+        Idea.ENGINE_MODEL: "PPO's vLLM engine lets vLLM choose the model's implementation (auto)",
+        Idea.STRUCTURED_OUTPUTS: "PPO samples without structured outputs",
+        Idea.HUB_PUSH: f"llm_rl's PPO does not use it: {PPO_REFUSED_KEYS['push_to_hub']}",
     }
 
 

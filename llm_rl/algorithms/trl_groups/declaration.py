@@ -1,5 +1,5 @@
 """A TRL trainer that samples a group of completions per prompt, declared as data: its config and trainer
-class, its group sizes, its advantage key, what its KL weight means and what it has no counterpart for.
+class, its group sizes, its advantage key, what its KL weight means and the ideas it has no setting for.
 
 The `Algorithm` protocol's answers follow from the declaration, so GRPO and RLOO are a declaration
 each (`llm_rl.algorithms.grpo`, `llm_rl.algorithms.rloo`), and a further TRL group trainer is one more
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_rl.algorithms.base import Components, Counterpart, Series, SharedOverride
+from llm_rl.algorithms.base import Components, Counterpart, Idea, Series, SharedOverride
 from llm_rl.algorithms.trl_groups import checks, config, migration, trainer
 from llm_rl.errors import RecipeError
 from llm_rl.schema import Recipe
@@ -49,8 +49,9 @@ class GroupTrainer:
     advantage_values: Mapping[str, Any]
     # The largest group a recipe converted from an algorithm without groups gets.
     migrated_group_size: int = 8
-    # Other algorithms' section keys it has no counterpart for, and why (migrate's warnings).
-    missing: Mapping[str, str] = field(default_factory=dict)
+    # The ideas other algorithms have a setting for and it has none, and why (migrate's warnings);
+    # what every TRL group trainer lacks is added (`migration.lacking`).
+    lacks: Mapping[Idea, str] = field(default_factory=dict)
 
     # --- the protocol's constants, from the declaration ---
 
@@ -73,6 +74,10 @@ class GroupTrainer:
     @property
     def SHARED_OVERRIDES(self) -> Mapping[str, SharedOverride]:  # noqa: N802
         return migration.shared_overrides(self.config_class)
+
+    @property
+    def KEY_IDEAS(self) -> Mapping[str, Idea]:  # noqa: N802
+        return migration.key_ideas(self.section_fields())
 
     @property
     def default_group_size(self) -> int:
@@ -165,9 +170,8 @@ class GroupTrainer:
     def variant(self, recipe: dict[str, Any]) -> str | None:
         return None
 
-    def missing_counterparts(self, recipe: dict[str, Any]) -> dict[str, str]:
-        """Other algorithms' settings it has no counterpart for, and the nearest thing where there is one."""
-        return {**self.missing, **migration.missing_importance_sampling(self.config_class)}
+    def lacking(self, recipe: dict[str, Any]) -> Mapping[Idea, str]:
+        return migration.lacking(self.NAME, self.config_class, self.lacks)
 
     def complete_migration(
         self, recipe: dict[str, Any], section: dict[str, Any]

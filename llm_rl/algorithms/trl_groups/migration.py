@@ -3,15 +3,56 @@ groups' spread hint, and the settings a migrated recipe gains or cannot keep."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from llm_rl.algorithms.base import SharedOverride
+from llm_rl.algorithms.base import Idea, SharedOverride
 from llm_rl.algorithms.trl_groups.checks import has_importance_sampling, no_importance_sampling
 from llm_rl.errors import RecipeError
 from llm_rl.generation.vllm_settings import IMPORTANCE_SAMPLING_FIELDS
 
 if TYPE_CHECKING:
     from llm_rl.algorithms.base import Series
+
+# The ideas TRL group trainers' own keys set; a trainer has those of its config's fields.
+GROUP_KEY_IDEAS = {
+    "num_generations": Idea.GROUPS,
+    "num_generations_eval": Idea.HELD_OUT_GROUPS,
+    "loss_type": Idea.LOSS_AGGREGATION,
+    "scale_rewards": Idea.ADVANTAGE_SCALING,
+    "normalize_advantages": Idea.ADVANTAGE_SCALING,
+    "epsilon_high": Idea.ASYMMETRIC_CLIP,
+    "delta": Idea.TWO_SIDED_CLIP,
+    "mask_truncated_completions": Idea.TRUNCATED_COMPLETIONS,
+    "steps_per_generation": Idea.MINI_BATCHES,
+    "generation_batch_size": Idea.GENERATION_BATCH,
+    "importance_sampling_level": Idea.SEQUENCE_RATIO,
+    "top_entropy_quantile": Idea.ENTROPY_MASK,
+    "sync_ref_model": Idea.REFERENCE_SYNC,
+    "router_aux_loss_coef": Idea.ROUTER_LOSS,
+    **dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, Idea.ENGINE_CORRECTION),
+    "vllm_model_impl": Idea.ENGINE_MODEL,
+    "vllm_structured_outputs_regex": Idea.STRUCTURED_OUTPUTS,
+    "push_to_hub": Idea.HUB_PUSH,
+}
+
+
+def key_ideas(fields: frozenset[str]) -> dict[str, Idea]:
+    """The ideas of the group trainer keys among a config's fields."""
+    return {key: idea for key, idea in GROUP_KEY_IDEAS.items() if key in fields}
+
+
+def lacking(name: str, config_class: type, declared: Mapping[Idea, str]) -> dict[Idea, str]:
+    """What a TRL group trainer has no setting for: what every one lacks, the engine correction where its
+    config has none, and what its declaration adds."""
+    common = {
+        Idea.UNSCORED_COMPLETIONS: (
+            f"{name.upper()} leaves a completion that no reward function scored out of its group's baseline"
+        )
+    }
+    if not has_importance_sampling(config_class):
+        common[Idea.ENGINE_CORRECTION] = no_importance_sampling(config_class)
+    return {**common, **declared}
 
 
 def zero_spread_hint(series: Series, name: str) -> tuple[str, str] | None:
@@ -35,14 +76,6 @@ def shared_overrides(config_class: type) -> dict[str, SharedOverride]:
     if has_importance_sampling(config_class):
         return {}
     return {"generation.vllm.importance_sampling": SharedOverride(None, no_importance_sampling(config_class))}
-
-
-def missing_importance_sampling(config_class: type) -> dict[str, str]:
-    """GRPO's importance-sampling settings (`IMPORTANCE_SAMPLING_FIELDS`) where the TRL config has no such
-    correction, and why (none where it has)."""
-    if has_importance_sampling(config_class):
-        return {}
-    return dict.fromkeys(IMPORTANCE_SAMPLING_FIELDS, no_importance_sampling(config_class))
 
 
 def migrated_group(
