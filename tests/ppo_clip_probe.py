@@ -10,9 +10,9 @@ import sys
 import torch
 from transformers import TrainerCallback
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components
 
 
 def norm(module: torch.nn.Module) -> float:

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components
 
 PROBE_TOKENS = 4
 

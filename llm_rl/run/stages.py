@@ -25,6 +25,7 @@ from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.metrics import JsonlSink, MetricSink
 from llm_rl.monitoring.sinks import make_sinks
 from llm_rl.recipe.load import stage_recipes
+from llm_rl.run.summary import run_summary, write_summary
 from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
@@ -32,7 +33,6 @@ from llm_rl.run_folder import (
     SUMMARY_FILE,
     checkpoint_step,
     read_rows,
-    reward_series,
     write_atomic,
 )
 from llm_rl.schema import Recipe
@@ -126,20 +126,19 @@ def prepare_staged_folder(recipe: Recipe, stages: list[Recipe]) -> Path:
 def staged_summary(
     recipe: Recipe, status: str, stages: list[Recipe], summaries: list[dict[str, Any]], started: float
 ) -> dict[str, Any]:
-    """run_summary.json for the whole run (DESIGN.md), with one entry per stage that ran."""
-    rewards = reward_series(recipe.output_dir)
+    """The run summary of a staged run: its stages' steps and samples summed, and one entry per stage
+    that ran."""
     resumed = [s["resumed_from"] for s in summaries if s.get("resumed_from")]
-    return {
-        "status": status,
-        "algorithm": summaries[-1]["algorithm"] if summaries else recipe.algorithm,
-        "steps": sum(s["steps"] for s in summaries),
-        "samples": sum(s["samples"] for s in summaries),
-        "best_reward": max(rewards) if rewards else None,
-        "final_reward": rewards[-1] if rewards else None,
-        "wall_seconds": round(time.perf_counter() - started, 2),
-        "checkpoints": [str(path) for stage in stages for path in list_checkpoints(stage.output_dir)],
-        "resumed_from": resumed[0] if resumed else None,
-        "stages": [
+    return run_summary(
+        recipe.output_dir,
+        status,
+        summaries[-1]["algorithm"] if summaries else recipe.algorithm,
+        sum(s["steps"] for s in summaries),
+        sum(s["samples"] for s in summaries),
+        started,
+        [path for stage in stages for path in list_checkpoints(stage.output_dir)],
+        resumed[0] if resumed else None,
+        stages=[
             {
                 "name": entry.name,
                 "algorithm": summary["algorithm"],
@@ -150,7 +149,7 @@ def staged_summary(
             }
             for entry, stage, summary in zip(recipe.stages, stages, summaries, strict=False)
         ],
-    }
+    )
 
 
 # Trains one stage's recipe in its place in the staged run, returning its summary (`llm_rl.run.training.train`).
@@ -188,10 +187,10 @@ def train_stages(recipe: Recipe, train_stage: StageTrainer) -> dict[str, Any]:
     finally:
         for sink in sinks:
             sink.close()
-        run_summary = staged_summary(recipe, status, stages, summaries, started)
+        summary_of_run = staged_summary(recipe, status, stages, summaries, started)
         if main:
-            write_atomic(folder / SUMMARY_FILE, json.dumps(run_summary, indent=2) + "\n")
-    return run_summary
+            write_summary(folder, summary_of_run)
+    return summary_of_run
 
 
 def publish_final(stage_final: Path, run_final: Path) -> None:

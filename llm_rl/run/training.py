@@ -1,7 +1,8 @@
 """A training run from a validated recipe, as a fixed sequence of short, named steps.
 
-seed -> components (tokenizer, prompts, rewards, policy: all bad input is found here, before the run
-folder is touched) -> run folder -> trainer -> train -> final model -> run summary.
+seed -> preflight (`llm_rl.algorithms.preflight`, shared with `llm-rl validate`: tokenizer, prompts,
+rewards, policy, the algorithm's own checks; all bad input is found here, before the run folder is
+touched) -> run folder -> trainer -> train -> final model -> run summary.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import torch
 import yaml
 from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
-from llm_rl.algorithms.base import Components, build_components
+from llm_rl.algorithms.base import Components
+from llm_rl.algorithms.preflight import preflight
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.alerts import Alerts, NoNonFiniteSaves
 from llm_rl.monitoring.gpu_health import GpuHealth
@@ -27,6 +29,7 @@ from llm_rl.monitoring.metrics import MetricsCallback
 from llm_rl.monitoring.progress import ProgressLine, QuietProgressCallback, bars_wanted, without_bars
 from llm_rl.monitoring.sinks import make_sinks, wandb_notifier
 from llm_rl.run.stages import FINISHED, StageContext, train_stages
+from llm_rl.run.summary import run_summary, write_summary
 from llm_rl.run_folder import (
     FINAL_DIR,
     METRICS_FILE,
@@ -36,7 +39,6 @@ from llm_rl.run_folder import (
     apply_umask,
     checkpoint_step,
     read_rows,
-    reward_series,
     write_atomic,
 )
 from llm_rl.schema import Recipe
@@ -51,7 +53,6 @@ from llm_rl.training.checkpoints import (
 )
 from llm_rl.training.disk_space import DiskFull, disk_full_message, is_out_of_space, warn_if_no_room
 from llm_rl.training.early_stopping import EarlyStopping, MetricWindow
-from llm_rl.training.evaluation import held_out_reward
 from llm_rl.training.lost_ranks import ProcessRoll
 from llm_rl.training.preemption import Preemption
 from llm_rl.training.schedules import ScheduleCallback, active_schedules
@@ -173,19 +174,13 @@ def save_final(trainer: Trainer, components: Components, folder: Path) -> Path:
 def make_summary(
     recipe: Recipe, status: str, trainer: Trainer | None, samples: int, started: float, resumed: Path | None
 ) -> dict[str, Any]:
-    """The run summary (DESIGN.md, run_summary.json)."""
-    rewards = reward_series(recipe.output_dir)
-    return {
-        "status": status,
-        "algorithm": recipe.algorithm,
-        "steps": trainer.state.global_step if trainer is not None else 0,
-        "samples": samples,
-        "best_reward": max(rewards) if rewards else None,
-        "final_reward": rewards[-1] if rewards else None,
-        "wall_seconds": round(time.perf_counter() - started, 2),
-        "checkpoints": [str(path) for path in list_checkpoints(recipe.output_dir)],
-        "resumed_from": str(resumed) if resumed else None,
-    }
+    """The run summary of a single-stage run (or of one stage, in its own folder)."""
+    steps = trainer.state.global_step if trainer is not None else 0
+    checkpoints = list_checkpoints(recipe.output_dir)
+    resumed_from = str(resumed) if resumed else None
+    return run_summary(
+        recipe.output_dir, status, recipe.algorithm, steps, samples, started, checkpoints, resumed_from
+    )
 
 
 def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
@@ -211,11 +206,8 @@ def train(recipe: Recipe, stage: StageContext | None = None) -> dict[str, Any]:
     set_seed(recipe.run.seed)
     # A named checkpoint that does not read whole is refused before any model loads.
     resume_from = find_resume_checkpoint(recipe)
-    components = build_components(recipe)
-    algorithm = ALGORITHMS[recipe.algorithm]
-    algorithm.trainer_config(recipe)
-    algorithm.prepare(components)
-    components.held_out = held_out_reward(components)
+    checked = preflight(recipe)
+    algorithm, components = checked.algorithm, checked.components
     # A stage runs under its staged run's lock.
     lock = RunFolderLock(recipe.output_dir) if is_main_process() and stage is None else None
     try:
@@ -246,7 +238,6 @@ def train_locked(
         restore_watchers(resume_from, folder, score, early_stopping)
         if is_main_process():
             warn_if_no_room(resume_from)
-    metrics.on_row += [score, *([early_stopping] if early_stopping else []), alerts]
     checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
     no_broken_saves = NoNonFiniteSaves()
     preemption = Preemption()
@@ -259,14 +250,23 @@ def train_locked(
         no_broken_saves,
     ]
     trainer = algorithm.build_trainer(components, callbacks)
-    schedules = active_schedules(recipe, algorithm.SCHEDULABLE)
-    if schedules:
+    scheduled = None
+    if schedules := active_schedules(recipe, algorithm.SCHEDULABLE):
         apply = partial(algorithm.apply_setting, trainer)
         scheduled = ScheduleCallback(schedules, count_samples, apply, stage.samples_offset if stage else 0)
         trainer.add_callback(scheduled)
-        metrics.on_row.insert(0, scheduled)
-    total_rows = trainer.args.max_steps // trainer.args.logging_steps
-    metrics.on_row.append(ProgressLine(total_rows, enabled=recipe.monitoring.progress))
+    progress = ProgressLine(
+        trainer.args.max_steps // trainer.args.logging_steps, enabled=recipe.monitoring.progress
+    )
+    # Each metrics row goes to these, in this order: the scheduled values first (the row records the
+    # values in effect), the score before early stopping reads it, the alerts, and the progress line last.
+    metrics.on_row = [
+        *([scheduled] if scheduled else []),
+        score,
+        *([early_stopping] if early_stopping else []),
+        alerts,
+        progress,
+    ]
     # TRL's own progress bar and log printer would repeat what ProgressLine shows, under TRL's names.
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
@@ -327,15 +327,3 @@ def disk_full(folder: Path) -> DiskFull:
         shutil.rmtree(final_partial(folder), ignore_errors=True)
     readable, _ = newest_readable(folder)
     return DiskFull(disk_full_message(folder, readable))
-
-
-def write_summary(folder: Path, summary: dict[str, Any]) -> None:
-    """Write run_summary.json; on a disk still full, say so rather than hide the error the run stopped
-    with (without a summary the run counts as unfinished, and the same command resumes it)."""
-    try:
-        write_atomic(folder / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-    except OSError as err:
-        if not is_out_of_space(err, folder):
-            raise
-        (folder / f".{SUMMARY_FILE}.partial").unlink(missing_ok=True)
-        print(f"warning: {folder / SUMMARY_FILE} not written: no space left", file=sys.stderr)

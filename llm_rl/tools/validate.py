@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_rl.algorithms.base import Components, build_components
+from llm_rl.algorithms.base import Components
+from llm_rl.algorithms.preflight import preflight
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.recipe.load import stage_recipes
 from llm_rl.schema import Recipe
 from llm_rl.training.args import save_every_steps, steps_for_budget
-from llm_rl.training.evaluation import held_out_reward
 
 
 def reward_columns_of(row: dict[str, Any]) -> dict[str, list[Any]]:
@@ -36,14 +36,12 @@ def describe_run(recipe: Recipe) -> str:
     stage in full, and every stage's algorithm, budget and trainer config)."""
     if recipe.stages:
         return describe_stages(recipe)
-    components = build_components(recipe)
-    algorithm = ALGORITHMS[recipe.algorithm]
-    algorithm.trainer_config(recipe)
-    algorithm.prepare(components)
+    checked = preflight(recipe)
+    algorithm, components = checked.algorithm, checked.components
     per_step = algorithm.samples_per_step(recipe)
     steps = steps_for_budget(recipe, per_step)
     data = components.data
-    evaluation = held_out_reward(components)  # refuses evaluation.every without eval prompts
+    evaluation = components.held_out
     parameters = sum(p.numel() for p in components.policy.parameters())
     variant = algorithm.variant(recipe.to_dict())
     lines = [

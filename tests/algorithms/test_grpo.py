@@ -296,7 +296,7 @@ def test_generation_backend_reaches_trl(tmp_path: Path, backend: str, fields: di
 
 def test_paged_cache_is_sized_to_the_generation_batch(tmp_path: Path) -> None:
     """TRL would size it to half the free memory: on a CPU, half the host's RAM."""
-    from llm_rl.run.training import build_components
+    from llm_rl.algorithms.base import build_components
 
     def paged_cache(*overrides: str):
         paged = ["generation.backend=paged", "training.per_device_batch_size=16", "generation.batch_size=32"]

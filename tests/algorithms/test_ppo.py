@@ -12,13 +12,14 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.algorithms.ppo.critic import load_value_model
 from llm_rl.algorithms.ppo.optimization import clip_each_group
 from llm_rl.errors import RecipeError
 from llm_rl.models.tiny import build_tokenizer, tiny_model_path
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components, train
+from llm_rl.run.training import train
 from llm_rl.training.checkpoints import CheckpointManager
 from llm_rl.training.early_stopping import MetricWindow
 from tests.conftest import ACCELERATE_LAUNCH, LLM_RL, REPO, rows, run_entry
@@ -623,8 +624,8 @@ def test_ddp_gradients_are_clipped_on_every_rank(tmp_path: Path) -> None:
 
 
 def test_ppo_whitening_settings_reach_the_trainer(tmp_path: Path) -> None:
+    from llm_rl.algorithms.base import build_components
     from llm_rl.algorithms.ppo.algorithm import build_trainer
-    from llm_rl.run.training import build_components
 
     overrides = [
         f"run.output_dir={tmp_path}",

@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.algorithms.ppo import core
 from llm_rl.algorithms.ppo.rollout import Rollout, estimate_advantages, penalise_missing_stop
 from llm_rl.models.completions import response_lengths
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "ppo_parity.pt"

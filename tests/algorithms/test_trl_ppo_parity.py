@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 import torch
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.cli import main
 from llm_rl.data.prompts import ROW_INDEX
 from llm_rl.generation.sampling import Completions
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.algorithms.ppo import algorithm as ppo
 from llm_rl.data.prompts import load_prompt_data
 from llm_rl.models.load import resolve_model_path
 from llm_rl.recipe.load import load_recipe
-from llm_rl.run.training import build_components, train
+from llm_rl.run.training import train
 from tests.conftest import REPO, run_entry, sets
 
 pytestmark = pytest.mark.slow

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from llm_rl.algorithms.base import build_components
 from llm_rl.recipe.load import load_recipe
 from llm_rl.reward_model.preferences import PreferenceDataSection, load_preferences
 from llm_rl.rewards import get_reward
 from llm_rl.rewards.reward_model import reward_model_reward
-from llm_rl.run.training import build_components, train
+from llm_rl.run.training import train
 from llm_rl.run_folder import read_rows
 from tests.conftest import REPO, run_entry
 

@@ -14,7 +14,7 @@ from tests.conftest import REPO, entry, in_process_recipe, rows, run_entry
 def test_held_out_reward_matches_scoring_greedy_completions_directly(tmp_path: Path) -> None:
     from accelerate import Accelerator
 
-    from llm_rl.run.training import build_components
+    from llm_rl.algorithms.base import build_components
     from llm_rl.training.evaluation import held_out_reward
 
     recipe = in_process_recipe("ppo", tmp_path / "run", "evaluation.every=1", "data.arithmetic.num_eval=9",
