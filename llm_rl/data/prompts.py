@@ -15,7 +15,8 @@ from typing import Any
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from llm_rl.data.sources import read_train_and_eval, require_column
+from llm_rl.data.columns import require_column
+from llm_rl.data.sources import read_train_and_eval
 from llm_rl.errors import DataError
 from llm_rl.schema import DataSection
 

@@ -21,6 +21,7 @@ from datasets import (
     load_from_disk,
 )
 
+from llm_rl.data.columns import require_column
 from llm_rl.data.tasks import build_task
 from llm_rl.errors import DataError, first_line
 from llm_rl.schema import DataSection, DataSourceEntry
@@ -212,13 +213,6 @@ def pick_split(splits: dict[str, Dataset], name: str, source: str, key: str) -> 
         ) from None
     chosen = [splits[part.splitname].select(range(part.from_, part.to)) for part in parts]
     return chosen[0] if len(chosen) == 1 else concatenate_datasets(chosen)
-
-
-def require_column(dataset: Dataset, name: str, key: str, where: str) -> None:
-    """A DataError naming the missing column and the columns that exist."""
-    if name not in dataset.column_names:
-        existing = ", ".join(dataset.column_names)
-        raise DataError(f"{key}: no column {name!r}; the dataset has: {existing}", where=where)
 
 
 # ----------------------------------------------------------------------------------------------------

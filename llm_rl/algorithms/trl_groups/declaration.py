@@ -53,30 +53,30 @@ class GroupTrainer:
     # what every TRL group trainer lacks is added (`migration.lacking`).
     lacks: Mapping[Idea, str] = field(default_factory=dict)
 
-    # --- the protocol's constants, from the declaration ---
+    # --- the protocol's constants (upper-case, as a module's would be), from the declaration ---
 
     @property
-    def METRIC_NAMES(self) -> Mapping[str, str]:  # noqa: N802 (the protocol's names are constants)
+    def METRIC_NAMES(self) -> Mapping[str, str]:
         return config.METRIC_NAMES
 
     @property
-    def SCHEDULABLE(self) -> tuple[str, ...]:  # noqa: N802
+    def SCHEDULABLE(self) -> tuple[str, ...]:
         return config.schedulable(self.NAME)
 
     @property
-    def KL_COEFFICIENT(self) -> str:  # noqa: N802
+    def KL_COEFFICIENT(self) -> str:
         return f"{self.NAME}.beta"
 
     @property
-    def COUNTERPARTS(self) -> Mapping[str, Counterpart]:  # noqa: N802
+    def COUNTERPARTS(self) -> Mapping[str, Counterpart]:
         return config.counterparts(self.config_class, self.kl_meaning)
 
     @property
-    def SHARED_OVERRIDES(self) -> Mapping[str, SharedOverride]:  # noqa: N802
+    def SHARED_OVERRIDES(self) -> Mapping[str, SharedOverride]:
         return migration.shared_overrides(self.config_class)
 
     @property
-    def KEY_IDEAS(self) -> Mapping[str, Idea]:  # noqa: N802
+    def KEY_IDEAS(self) -> Mapping[str, Idea]:
         return migration.key_ideas(self.section_fields())
 
     @property
