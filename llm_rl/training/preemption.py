@@ -18,6 +18,7 @@ same update.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 import time
@@ -36,6 +37,7 @@ class Preemption(TrainerCallback):
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self.received_at: float | None = None
+        self.copies = itertools.count()  # the signals handled so far
         self.stopped = False
         self.previous: dict[int, object] = {}
 
@@ -53,7 +55,10 @@ class Preemption(TrainerCallback):
         self.previous = {}
 
     def on_signal(self, number: int, frame: FrameType | None) -> None:
-        if self.received_at is not None:
+        # Python runs a handler again between any two bytecodes of a running one: a copy arriving while
+        # this one runs must find itself counted. `next` on the counter is one C call, so no copy slips
+        # between the check and the count.
+        if next(self.copies) > 0:
             # torchrun's agent passes on the signal the scheduler already sent to every process of the job:
             # a repeat changes nothing (SIGKILL at the end of the grace period is what ends a stuck run).
             print(f"{signal.Signals(number).name} again: already stopping", file=sys.stderr, flush=True)
