@@ -126,6 +126,9 @@ class Algorithm(Protocol):
     METRIC_NAMES: Mapping[str, str]
     # The dotted keys `schedules:` may set for it (its trainer reads them every update).
     SCHEDULABLE: tuple[str, ...]
+    # Of those, the ones whose schedule must start above 0, each with why (its trainer decides something
+    # at start-up from the value there: GRPO builds a reference model only for a KL weight above 0).
+    STARTS_ABOVE_ZERO: Mapping[str, str]
     # The dotted key that weighs the KL to the reference model (doctor's advice names it).
     KL_COEFFICIENT: str
     # Settings every algorithm has, by a shared name ("kl_coefficient", "clip_range", "epochs"), for migrate.

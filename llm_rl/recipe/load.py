@@ -8,40 +8,24 @@ and the dotted key.
 from __future__ import annotations
 
 import contextlib
-import copy
-import difflib
 import math
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from transformers.utils import is_liger_kernel_available
 
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
-from llm_rl.errors import RecipeError, did_you_mean
+from llm_rl.errors import RecipeError
 from llm_rl.generation.backends import check_backend, check_backend_settings
 from llm_rl.generation.vllm_settings import check_vllm_host, check_vllm_recipe
-from llm_rl.run_folder import stage_folder
-from llm_rl.schema import SHARED_TRL_FIELDS, DataSection, Recipe
-
-
-class RecipeLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading `3e-4` as a number the way YAML 1.2 does (PyYAML reads a string)."""
-
-
-RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    """Parse YAML text with the recipe loader (no tags that build objects: never code)."""
-    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+from llm_rl.recipe.files import parse_yaml, read_recipe_file
+from llm_rl.recipe.schedules import check_schedules
+from llm_rl.recipe.schema_errors import describe_validation_error, suggest_key
+from llm_rl.recipe.stages import expand_stages
+from llm_rl.schema import SHARED_TRL_FIELDS, Recipe
 
 
 def load_recipe(
@@ -75,46 +59,6 @@ def check_host(recipe: Recipe, where: str) -> None:
     with naming(where):
         if check_backend(recipe.generation.backend) == "vllm":
             check_vllm_host(recipe)
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """A YAML file that must hold a mapping, with errors naming the file."""
-    if not path.is_file():
-        raise RecipeError("recipe file not found", where=str(path))
-    try:
-        data = parse_yaml(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise RecipeError(f"not valid YAML: {err}", where=str(path)) from None
-    if not isinstance(data, dict):
-        raise RecipeError("a recipe must be a mapping of keys", where=str(path))
-    return data
-
-
-def read_recipe_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Parse a YAML recipe and resolve its `extends:` chain into one mapping."""
-    path = path.resolve()
-    if path in _seen:
-        chain = " -> ".join(str(p) for p in (*_seen, path))
-        raise RecipeError(f"extends: cycle ({chain})", where=str(path))
-    data = read_yaml_mapping(path)
-    base_name = data.pop("extends", None)
-    if base_name is None:
-        return data
-    if not isinstance(base_name, str):
-        raise RecipeError("extends: must be a file path", where=str(path))
-    base = read_recipe_file(path.parent / base_name, (*_seen, path))
-    return deep_merge(base, data)
-
-
-def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """Mappings merge key by key; anything else (lists included) in `top` replaces `base`."""
-    merged = copy.deepcopy(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 # The two ways to give a run's length; a recipe gives one.
@@ -156,7 +100,7 @@ def validate_recipe(raw: dict[str, Any], where: str, as_source: bool = False) ->
     except ValidationError as err:
         raise RecipeError(describe_validation_error(err), where=where) from None
     check_algorithm_sections(recipe, where)
-    check_cross_fields(recipe, where, as_source)
+    check_beyond_schema(recipe, where, as_source)
     return recipe
 
 
@@ -191,64 +135,6 @@ def check_finite(value: Any, where: str, key: str = "") -> None:
     elif isinstance(value, list):
         for index, inner in enumerate(value):
             check_finite(inner, where, f"{key}[{index}]")
-
-
-def describe_validation_error(err: ValidationError, schema: type[BaseModel] | None = None) -> str:
-    """One sentence for the first error: the dotted key, what is wrong, and a suggestion from `schema`."""
-    first = err.errors()[0]
-    loc = [str(p) for p in first["loc"]]
-    dotted = format_location(loc)
-    if first["type"] == "extra_forbidden":
-        suggestion = suggest_key(schema or Recipe, loc)
-        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-        return f"{dotted}: unknown key{hint}"
-    given = first.get("input")
-    if first["type"].endswith("_type") or first["type"] in {"literal_error", "model_type"}:
-        return f"{dotted}: {first['msg'].lower()}, got {given!r}"
-    return f"{dotted}: {first['msg'].lower()}"
-
-
-def format_location(loc: list[str]) -> str:
-    """['rewards', '0', 'weight'] -> 'rewards[0].weight'."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
-    return text
-
-
-# Names users bring from other tools, for keys that difflib would not find.
-KEY_SYNONYMS = {
-    "rank": "r",
-    "lora_r": "r",
-    "lora_alpha": "alpha",
-    "lora_dropout": "dropout",
-    "lr": "learning_rate",
-    "model_name_or_path": "policy",
-    "batch_size": "per_device_batch_size",
-    "per_device_train_batch_size": "per_device_batch_size",
-    "max_completion_length": "max_new_tokens",
-    "save_steps": "every",
-}
-
-
-def suggest_key(model: type[BaseModel], loc: list[str], extra: list[str] | None = None) -> str | None:
-    """The closest valid key to an unknown one, found by walking the schema to its section (`extra`:
-    more keys the section takes)."""
-    for part in loc[:-1]:
-        if part.isdigit():
-            continue
-        field = model.model_fields.get(part)
-        annotation = getattr(field, "annotation", None)
-        inner = getattr(annotation, "__args__", (annotation,))
-        sections = [t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)]
-        if not sections:
-            return None
-        model = sections[0]
-    synonym = KEY_SYNONYMS.get(loc[-1])
-    if synonym in model.model_fields:
-        return synonym
-    matches = difflib.get_close_matches(loc[-1], [*model.model_fields, *(extra or [])], n=1, cutoff=0.6)
-    return matches[0] if matches else None
 
 
 def check_algorithm_sections(recipe: Recipe, where: str) -> None:
@@ -295,156 +181,17 @@ def naming(where: str) -> Iterator[None]:
         raise RecipeError(str(err), where=where) from None
 
 
-def check_cross_fields(recipe: Recipe, where: str, as_source: bool = False) -> None:
-    """Settings that are valid alone but conflict together, each with the reason (for a migration's
-    source, all but its algorithm's batch arithmetic)."""
-    training = recipe.training
-    if training.max_steps is not None and training.total_samples is not None:
-        raise RecipeError(
-            "training.max_steps and training.total_samples both set: give one budget, "
-            "in updates or in samples",
-            where=where,
-        )
-    generation = recipe.generation
-    if generation.min_new_tokens is not None and generation.min_new_tokens > generation.max_new_tokens:
-        raise RecipeError(
-            f"generation.min_new_tokens ({generation.min_new_tokens}) is above "
-            f"generation.max_new_tokens ({generation.max_new_tokens})",
-            where=where,
-        )
+def check_beyond_schema(recipe: Recipe, where: str, as_source: bool = False) -> None:
+    """The rules that need more than the schema: the generation backend's and the algorithm's, the
+    schedules', and each stage as a whole recipe (for a migration's source, which ran elsewhere: not its
+    algorithm's batch arithmetic on this machine, nor its stages). The rules between the shared sections'
+    keys are the schema's own validators (`llm_rl.schema`)."""
     with naming(where):
-        check_backend_settings(generation.backend, generation.min_new_tokens)
-    every = recipe.evaluation.every
-    if every is not None and every % training.logging_steps:
-        raise RecipeError(
-            f"evaluation.every ({every}) must be a multiple of training.logging_steps "
-            f"({training.logging_steps}): eval metrics join the logged row of their update",
-            where=where,
-        )
-    if recipe.early_stopping.enabled and recipe.early_stopping.metric.startswith("eval/") and every is None:
-        raise RecipeError(
-            f"early_stopping.metric {recipe.early_stopping.metric!r} is an eval metric, but "
-            "evaluation.every is not set, so it is never measured",
-            where=where,
-        )
-    check_data(recipe.data, where)
-    resume = recipe.checkpointing.resume
-    if resume not in ("auto", "never") and not Path(resume).exists():
-        raise RecipeError(
-            f"checkpointing.resume: {resume!r} is neither 'auto', 'never' nor an existing checkpoint",
-            where=where,
-        )
+        check_backend_settings(recipe.generation.backend, recipe.generation.min_new_tokens)
     if not as_source:
         with naming(where):
             check_vllm_recipe(recipe)
             ALGORITHMS[recipe.algorithm].check_recipe(recipe)
     check_schedules(recipe, where)
     if recipe.stages and not as_source:
-        stage_recipes(recipe, recipe.output_dir, where)
-    names = [r.metric_name for r in recipe.rewards]
-    duplicates = {n for n in names if names.count(n) > 1}
-    if duplicates:
-        raise RecipeError(
-            f"rewards: {sorted(duplicates)[0]!r} appears twice; give one of them an alias",
-            where=where,
-        )
-
-
-def check_data(data: DataSection, where: str) -> None:
-    """One way of naming the train data and one of naming the held-out prompts."""
-    if data.sources is not None:
-        if not data.sources:
-            raise RecipeError("data.sources: give at least one dataset, or use data.source", where=where)
-        both = sorted({"source", "split", "config"} & data.model_fields_set)
-        if both:
-            raise RecipeError(
-                f"data.sources and data.{both[0]} both set: a mixture names each dataset's source, split "
-                "and config in its own entry",
-                where=where,
-            )
-        weighted = [entry.weight is not None for entry in data.sources]
-        if any(weighted) and not all(weighted):
-            unweighted = weighted.index(False)
-            raise RecipeError(
-                f"data.sources[{unweighted}].weight: set a weight on every source or on none",
-                where=where,
-            )
-        if data.eval_split is not None:
-            raise RecipeError(
-                "data.eval_split names a split of data.source; for a mixture hold prompts out with "
-                "data.eval_size",
-                where=where,
-            )
-    if data.eval_split is not None and data.eval_size is not None:
-        raise RecipeError(
-            "data.eval_split and data.eval_size both set: take held-out prompts from a split or from "
-            "the train set, not both",
-            where=where,
-        )
-    if isinstance(data.eval_size, float) and data.eval_size >= 1:
-        raise RecipeError(
-            f"data.eval_size: {data.eval_size} is neither a fraction below 1 nor a whole number of rows",
-            where=where,
-        )
-
-
-def check_schedules(recipe: Recipe, where: str) -> None:
-    """Each schedule names a setting some algorithm's trainer reads every update, set in one place only."""
-    every_key = {key for algorithm in ALGORITHMS.values() for key in algorithm.SCHEDULABLE}
-    for key in recipe.schedules:
-        if key not in every_key:
-            hint = did_you_mean(key, sorted(every_key))
-            per_algorithm = "; ".join(
-                f"{name.upper()}: {', '.join(algorithm.SCHEDULABLE)}"
-                for name, algorithm in ALGORITHMS.items()
-            )
-            raise RecipeError(
-                f"schedules.{key}: not a setting that can follow a schedule{hint}; {per_algorithm}",
-                where=where,
-            )
-        section, _, field = key.partition(".")
-        if field in recipe.section(section):
-            raise RecipeError(
-                f"schedules.{key}: {key} is also set as a value; give it one or the other", where=where
-            )
-
-
-# Keys a stage may not override: a stage continues the run's policy in the run's folder.
-STAGE_FIXED_KEYS = {
-    "run": "stages share the run's name, folder and seed",
-    "model": "a stage continues the previous stage's policy; model settings are the recipe's",
-    "stages": "stages do not nest",
-    "extends": "extends belongs at the top of a recipe file",
-}
-STAGE_FIXED_DOTTED = {
-    "training.max_steps": "give the stage's budget as its own max_steps or total_samples",
-    "training.total_samples": "give the stage's budget as its own max_steps or total_samples",
-    "checkpointing.resume": "a staged run resumes stage by stage by itself",
-}
-
-
-def stage_recipes(recipe: Recipe, run_folder: Path, where: str) -> list[Recipe]:
-    """Every stage as a whole recipe (the recipe, its overrides, its budget, its folder), each validated."""
-    names = [stage.name for stage in recipe.stages]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise RecipeError(f"stages: the name {repeated[0]!r} is used twice", where=where)
-    base = {key: value for key, value in recipe.to_dict().items() if key != "stages"}
-    recipes = []
-    for index, stage in enumerate(recipe.stages):
-        label = f"stages[{index}] ({stage.name})"
-        if (stage.max_steps is None) == (stage.total_samples is None):
-            raise RecipeError(f"{label}: give one budget, max_steps or total_samples", where=where)
-        for key, reason in STAGE_FIXED_KEYS.items():
-            if key in stage.overrides:
-                raise RecipeError(f"{label}.overrides.{key}: cannot change in a stage: {reason}", where=where)
-        for dotted, reason in STAGE_FIXED_DOTTED.items():
-            section, _, field = dotted.partition(".")
-            if field in (stage.overrides.get(section) or {}):
-                raise RecipeError(f"{label}.overrides.{dotted}: {reason}", where=where)
-        raw = deep_merge(base, stage.overrides)
-        raw["training"].update(max_steps=stage.max_steps, total_samples=stage.total_samples)
-        raw["run"]["output_dir"] = str(stage_folder(run_folder, index, stage.name))
-        raw["checkpointing"]["resume"] = "auto"
-        recipes.append(validate_recipe(raw, f"{where}: {label}"))
-    return recipes
+        expand_stages(recipe, where, validate_recipe)

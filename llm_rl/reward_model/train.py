@@ -24,7 +24,9 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, se
 
 from llm_rl.errors import ModelError, RecipeError, first_line
 from llm_rl.models.load import load_tokenizer, model_dtype, resolve_model_path, training_tokenizer
-from llm_rl.recipe.load import apply_override, describe_validation_error, read_recipe_file
+from llm_rl.recipe.files import read_recipe_file
+from llm_rl.recipe.load import apply_override
+from llm_rl.recipe.schema_errors import describe_validation_error
 from llm_rl.reward_model.preferences import PreferenceDataSection, load_preferences
 from llm_rl.rewards.reward_model import reward_model_reward
 from llm_rl.run_folder import apply_umask, write_atomic

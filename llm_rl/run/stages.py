@@ -1,6 +1,6 @@
 """Staged runs: a recipe's `stages:` trained one after another in one run folder.
 
-Each stage is a whole recipe (`llm_rl.recipe.load.stage_recipes`) trained into `stages/NN-name/` of the run
+Each stage is a whole recipe (`llm_rl.recipe.stages`) trained into `stages/NN-name/` of the run
 folder, its policy warm-started from the previous stage's final weights; a PPO stage after a PPO stage
 keeps the trained critic too. The run folder's own `metrics.jsonl`, wandb run and Prometheus endpoint
 receive every stage's rows on one axis: `step` and `samples` count from the first stage, `stage` says
@@ -24,7 +24,7 @@ from accelerate import PartialState
 from llm_rl.algorithms.registry import ALGORITHMS
 from llm_rl.monitoring.metrics import JsonlSink, MetricSink
 from llm_rl.monitoring.sinks import make_sinks
-from llm_rl.recipe.load import stage_recipes
+from llm_rl.recipe.stages import stage_recipes
 from llm_rl.run.summary import run_summary, write_summary
 from llm_rl.run_folder import (
     FINAL_DIR,
@@ -161,7 +161,7 @@ def train_stages(recipe: Recipe, train_stage: StageTrainer) -> dict[str, Any]:
     consistent whatever happens."""
     started = time.perf_counter()
     folder = recipe.output_dir
-    stages = stage_recipes(recipe, folder, str(folder / RECIPE_FILE))
+    stages = stage_recipes(recipe)
     main = is_main_process()
     if main:
         prepare_staged_folder(recipe, stages)

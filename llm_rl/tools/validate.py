@@ -7,7 +7,7 @@ from typing import Any
 from llm_rl.algorithms.base import Components
 from llm_rl.algorithms.preflight import preflight
 from llm_rl.algorithms.registry import ALGORITHMS
-from llm_rl.recipe.load import stage_recipes
+from llm_rl.recipe.stages import stage_recipes
 from llm_rl.schema import Recipe
 from llm_rl.training.args import save_every_steps, steps_for_budget
 
@@ -74,7 +74,7 @@ def evaluation_line(recipe: Recipe, prompts: int | None) -> str:
 
 def describe_stages(recipe: Recipe) -> str:
     """The first stage described in full, then one line per stage (each stage's trainer config built)."""
-    stages = stage_recipes(recipe, recipe.output_dir, "recipe")
+    stages = stage_recipes(recipe)
     lines = [describe_run(stages[0]), f"stages    {len(stages)}, into {recipe.output_dir}"]
     for index, (entry, stage) in enumerate(zip(recipe.stages, stages, strict=True)):
         algorithm = ALGORITHMS[stage.algorithm]

@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from llm_rl.algorithms.base import build_components
 from llm_rl.cli import main
 from llm_rl.models.load import resolve_model_path
-from llm_rl.recipe.load import load_recipe, read_recipe_file
+from llm_rl.recipe.files import read_recipe_file
+from llm_rl.recipe.load import load_recipe
 from llm_rl.recipe.migration import leaves, migrate
 from llm_rl.run.training import train
 from tests.conftest import ARITHMETIC, LLM_RL, REPO, run_entry, short_grpo_run

@@ -108,6 +108,8 @@ SCHEDULABLE = (
     "ppo.entropy_coef",
     "generation.temperature",
 )
+# No scheduled setting of PPO decides anything at start-up: each may start anywhere its field allows.
+STARTS_ABOVE_ZERO: dict[str, str] = {}
 KL_COEFFICIENT = "ppo.kl_coef"
 COUNTERPARTS = {
     "kl_coefficient": Counterpart(

@@ -1,5 +1,5 @@
 """The recipe checks every TRL group trainer makes: its section's keys, the generation settings, whole
-groups in every generation batch, schedules, and the settings only some TRL configs take."""
+groups in every generation batch, and the settings only some TRL configs take."""
 
 from __future__ import annotations
 
@@ -75,16 +75,6 @@ def check_batches(recipe: Recipe, name: str, default_group: int) -> None:
             f"{name}.num_generations: the generation batch of {batch} completions (generation.batch_size, or "
             f"training.per_device_batch_size x steps per generation, x {processes} processes) is not "
             f"a multiple of the group size {group}; each prompt's {group} completions must be generated together"
-        )
-
-
-def check_schedules(recipe: Recipe, name: str) -> None:
-    """A scheduled KL weight must start above 0."""
-    beta = recipe.schedules.get(f"{name}.beta")
-    if beta is not None and beta.value_at(0) <= 0:
-        raise RecipeError(
-            f"schedules.{name}.beta: must start above 0: {name.upper()} builds its reference model only when "
-            "beta is above 0 at the start"
         )
 
 

@@ -68,6 +68,13 @@ class GroupTrainer:
         return f"{self.NAME}.beta"
 
     @property
+    def STARTS_ABOVE_ZERO(self) -> Mapping[str, str]:
+        return {
+            self.KL_COEFFICIENT: f"{self.NAME.upper()} builds its reference model only when beta is above 0 "
+            "at the start"
+        }
+
+    @property
     def COUNTERPARTS(self) -> Mapping[str, Counterpart]:
         return config.counterparts(self.config_class, self.kl_meaning)
 
@@ -101,7 +108,6 @@ class GroupTrainer:
         self.check_normalization(recipe.advantages.normalize)
         checks.check_generation(recipe, self.NAME)
         checks.check_batches(recipe, self.NAME, self.default_group_size)
-        checks.check_schedules(recipe, self.NAME)
         checks.check_importance_sampling(recipe, self.NAME, self.config_class)
 
     def check_normalization(self, normalize: str) -> None:
