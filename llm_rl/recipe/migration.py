@@ -21,8 +21,8 @@ from llm_rl.algorithms.base import Algorithm, Counterpart, Idea
 from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
-from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import apply_override, read_recipe_file, read_yaml_mapping, validate_recipe
+from llm_rl.recipe.trl_import.grpo import import_flat
 from llm_rl.recipe.trl_launch import import_launch, is_launch_file
 from llm_rl.recipe.trl_ppo import check_not_legacy, import_trl_ppo, is_trl_ppo
 from llm_rl.schema import Recipe

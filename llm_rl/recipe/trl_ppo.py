@@ -17,14 +17,13 @@ from typing import Any
 
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import Migration, put
-from llm_rl.recipe.flat_trl import (
+from llm_rl.recipe.trl_import.cadence import import_resume, import_saving
+from llm_rl.recipe.trl_import.shared_args import (
     FLAT_NOT_USED,
     FLAT_SWITCHES,
     import_dtype,
     import_precision,
     import_reporting,
-    import_resume,
-    import_saving,
     import_switch,
 )
 
