@@ -2,6 +2,8 @@
 `recipe.accounting.Migration`).
 
 - `grpo`: a flat TRL-style GRPO file (GRPOConfig fields and script arguments at the top level);
+- `ppo`: a run of TRL's deleted PPOTrainer scripts, as a PPO recipe that does what they did;
+- `ppo_keys`: TRL's PPO keys by what becomes of them, TRL 1.12's defaults, and how a PPO run is told apart;
 - `data`: the dataset or mixture of datasets a GRPO file trains on;
 - `vllm`: `use_vllm` and the vLLM settings, older releases' included;
 - `rewards`: reward functions, the reward model and their weights;
