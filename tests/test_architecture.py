@@ -215,7 +215,13 @@ def import_circles(modules: dict[str, Module]) -> list[str]:
 # Where an algorithm's name may be written outside algorithms/, because the name is the thing itself:
 # the schema's default algorithm, `migrate --to`'s default target, and the TRL imports (TRL's GRPO
 # script format is GRPO's, its PPO scripts' PPO's).
-NAMES_ALGORITHMS_ON_PURPOSE = {"schema.recipe", "cli", "recipe.flat_trl", "recipe.trl_ppo"}
+NAMES_ALGORITHMS_ON_PURPOSE = {
+    "schema.recipe",
+    "cli",
+    "recipe.trl_import.grpo",
+    "recipe.trl_import.ppo",
+    "recipe.trl_import.ppo_keys",
+}
 
 
 def algorithm_branches(modules: dict[str, Module], algorithms: set[str]) -> list[str]:
@@ -361,10 +367,8 @@ MAX_MODULE_LINES = 350
 # Modules still over the bound, each at most its size when the bound came in: they may shrink, not grow,
 # and leave this list once under it.
 OVERSIZED = {
-    "recipe/flat_trl.py": 646,
     "cli.py": 455,
     "tools/compare.py": 386,
-    "recipe/trl_ppo.py": 383,
     "recipe/launch_command.py": 377,
     "tools/serve/vllm_server.py": 368,
     "generation/vllm_engine.py": 361,

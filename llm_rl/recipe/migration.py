@@ -22,10 +22,11 @@ from llm_rl.algorithms.registry import ALGORITHMS, known_names
 from llm_rl.errors import RecipeError
 from llm_rl.recipe.accounting import KeyFate, Migration, get, leaves, put, remove
 from llm_rl.recipe.files import read_recipe_file, read_yaml_mapping
-from llm_rl.recipe.flat_trl import import_flat
 from llm_rl.recipe.load import apply_override, validate_recipe
+from llm_rl.recipe.trl_import.grpo import import_flat
+from llm_rl.recipe.trl_import.ppo import import_trl_ppo
+from llm_rl.recipe.trl_import.ppo_keys import check_not_legacy, is_trl_ppo
 from llm_rl.recipe.trl_launch import import_launch, is_launch_file
-from llm_rl.recipe.trl_ppo import check_not_legacy, import_trl_ppo, is_trl_ppo
 from llm_rl.schema import Recipe
 from llm_rl.training.args import assumed_world_size, world_size
 

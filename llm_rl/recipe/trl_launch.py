@@ -11,7 +11,7 @@ import yaml
 
 from llm_rl.recipe.accounting import KeyFate
 from llm_rl.recipe.launch_command import LaunchCommand, field_types, read_launch_file, typed_flags
-from llm_rl.recipe.trl_ppo import is_trl_ppo, trl_ppo_field_types
+from llm_rl.recipe.trl_import.ppo_keys import is_trl_ppo, trl_ppo_field_types
 
 SHELL_SUFFIXES = {".sh", ".bash", ".zsh", ".cmd", ".txt"}
 

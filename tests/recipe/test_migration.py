@@ -986,7 +986,7 @@ def trl_script_fields() -> dict[str, object]:
 
 @pytest.mark.parametrize("origin", ["trl", "open_r1"])
 def test_every_field_of_a_grpo_run_gets_its_own_reason(origin: str) -> None:
-    from llm_rl.recipe.flat_trl import import_flat
+    from llm_rl.recipe.trl_import.grpo import import_flat
 
     fields = trl_script_fields() if origin == "trl" else OPEN_R1_FIELDS
     generic = "not a field of TRL's GRPOConfig or of its scripts"
