@@ -215,7 +215,7 @@ def import_circles(modules: dict[str, Module]) -> list[str]:
 # Where an algorithm's name may be written outside algorithms/, because the name is the thing itself:
 # the schema's default algorithm, `migrate --to`'s default target, and the TRL imports (TRL's GRPO
 # script format is GRPO's, its PPO scripts' PPO's).
-NAMES_ALGORITHMS_ON_PURPOSE = {"schema", "cli", "recipe.flat_trl", "recipe.trl_ppo"}
+NAMES_ALGORITHMS_ON_PURPOSE = {"schema", "cli.parser", "recipe.flat_trl", "recipe.trl_ppo"}
 
 
 def algorithm_branches(modules: dict[str, Module], algorithms: set[str]) -> list[str]:
@@ -363,7 +363,6 @@ MAX_MODULE_LINES = 350
 OVERSIZED = {
     "recipe/flat_trl.py": 646,
     "schema.py": 570,
-    "cli.py": 455,
     "recipe/load.py": 452,
     "tools/compare.py": 386,
     "recipe/trl_ppo.py": 383,
