@@ -366,7 +366,6 @@ OVERSIZED = {
     "recipe/load.py": 452,
     "tools/compare.py": 386,
     "recipe/trl_ppo.py": 383,
-    "recipe/launch_command.py": 377,
     "tools/serve/vllm_server.py": 368,
     "generation/vllm_engine.py": 361,
 }
