@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import torch  # noqa: E402
 from benchmark import OVERHEAD_HEADER, overhead_table, recipe_for  # noqa: E402
 
-from llm_rl.cli import EXIT_BAD_INPUT  # noqa: E402
+from llm_rl.cli.exit_codes import EXIT_BAD_INPUT  # noqa: E402
 from llm_rl.errors import UserInputError, first_line  # noqa: E402
 from llm_rl.generation.backends import resolve_backend, vllm_problem  # noqa: E402
 from llm_rl.models.tiny import TinyModelSettings, tiny_model_path  # noqa: E402

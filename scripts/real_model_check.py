@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from gpu_check import device_name, last_error, run_until, versions, worker_env  # noqa: E402
 
-from llm_rl.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK  # noqa: E402
+from llm_rl.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK  # noqa: E402
 from llm_rl.errors import UserInputError  # noqa: E402
 from llm_rl.recipe.load import load_recipe  # noqa: E402
 from llm_rl.run_folder import SUMMARY_FILE, read_rows  # noqa: E402

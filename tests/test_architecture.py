@@ -217,7 +217,7 @@ def import_circles(modules: dict[str, Module]) -> list[str]:
 # script format is GRPO's, its PPO scripts' PPO's).
 NAMES_ALGORITHMS_ON_PURPOSE = {
     "schema.recipe",
-    "cli",
+    "cli.parser",
     "recipe.trl_import.grpo",
     "recipe.trl_import.ppo",
     "recipe.trl_import.ppo_keys",
@@ -367,9 +367,7 @@ MAX_MODULE_LINES = 350
 # Modules still over the bound, each at most its size when the bound came in: they may shrink, not grow,
 # and leave this list once under it.
 OVERSIZED = {
-    "cli.py": 455,
     "tools/compare.py": 386,
-    "recipe/launch_command.py": 377,
     "tools/serve/vllm_server.py": 368,
     "generation/vllm_engine.py": 361,
 }

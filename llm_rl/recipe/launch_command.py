@@ -6,6 +6,9 @@ line continuations, comments, `$VARS` and `| tee log` around it. `read_launch_fi
 that runs a Python script (through `python`, `accelerate launch`, `torchrun` or `deepspeed`) and reads
 its flags the way `HfArgumentParser` would, without running anything: variables the file assigns are
 substituted, and any other `$VAR` stays as a `${VAR}` placeholder that is reported, never an empty string.
+
+`shell_script.py` splits the text into commands and words, `launch_flags.py` reads a launch's words as
+flags; here, which commands are launches, and the flags' values typed as the script's dataclasses type them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shlex
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,23 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from llm_rl.errors import RecipeError
+from llm_rl.recipe.launch_flags import python_module, script_flags, split_at_script
+from llm_rl.recipe.shell_script import assigned, leading_assignments, shell_commands, substitute
 
 # Programs that run a training script, and the Python modules that do it through `python -m`.
 LAUNCHERS = {"accelerate", "torchrun", "deepspeed"}
 LAUNCHER_MODULES = {"accelerate.commands.launch", "torch.distributed.run", "torch.distributed.launch"}
-# Shell words that separate commands; what follows a pipe (`| tee log`) is not part of the run.
-SEPARATORS = {";", "&&", "||", "&"}
-PIPES = {"|", "|&"}
-# `2>&1`, `> log.txt`, `>>out.log`, `< input`: dropped before the words are split (a `>` inside a quoted
-# value would be taken for one; launch commands do not quote such values).
-REDIRECTION = re.compile(r"(?<!\S)\d*(?:>>?|<)(?:&\d+|&-|\s*[^\s;&|<>]+)")
-ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|\d+)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*|\d))")
-# Flags of the launchers themselves that take no value (everything else takes one).
-LAUNCHER_SWITCHES = {
-    "--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--cpu", "--debug", "-m",
-    "--module", "--no_python", "--standalone", "--quiet", "-q", "--tpu", "--same_network", "--no-python",
-}  # fmt: skip
 
 
 @dataclass
@@ -131,94 +122,6 @@ def note_unpassed_flags(
     )
 
 
-def shell_commands(text: str, where: Path | str) -> list[tuple[int, list[str]]]:
-    """(first line, words) for each simple command of the text: continuations joined, comments and
-    redirections dropped, split at `;`, `&&`, `||` and `&`, and cut at a pipe (`| tee log`)."""
-    commands = []
-    for start, line in logical_lines(text):
-        lexer = shlex.shlex(REDIRECTION.sub(" ", line), posix=True, punctuation_chars=";&|")
-        lexer.whitespace_split = True
-        lexer.commenters = "#"
-        words: list[str] = []
-        piped = False
-        try:
-            for word in lexer:
-                if word in SEPARATORS:
-                    if words:
-                        commands.append((start, words))
-                    words, piped = [], False
-                elif word in PIPES:
-                    piped = True
-                elif not piped:
-                    words.append(word)
-        except ValueError as err:  # an unclosed quote
-            raise RecipeError(f"line {start}: cannot read the shell text: {err}", where=where) from None
-        if words:
-            commands.append((start, words))
-    return commands
-
-
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) of each line with its backslash continuations joined. A comment line
-    ends the command before it, as in the shell: its backslash is part of the comment."""
-    lines: list[tuple[int, str]] = []
-    parts: list[str] = []
-    start = 1
-    for number, physical in enumerate(text.splitlines(), 1):
-        if not parts:
-            start = number
-        if physical.lstrip().startswith("#"):
-            if parts:
-                lines.append((start, " ".join(parts)))
-                parts = []
-            continue
-        stripped = physical.rstrip()
-        if stripped.endswith("\\"):
-            parts.append(stripped[:-1])
-            continue
-        parts.append(physical)
-        lines.append((start, " ".join(parts)))
-        parts = []
-    if parts:
-        lines.append((start, " ".join(parts)))
-    return lines
-
-
-def leading_assignments(words: list[str], variables: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """`NAME=value` words before a command (its environment), and the command's own words."""
-    environment = {}
-    while words and ASSIGNMENT.match(words[0]):
-        name, value = assigned(words[0], variables)
-        environment[name] = value
-        words = words[1:]
-    return environment, words
-
-
-def assigned(word: str, variables: dict[str, str]) -> tuple[str, str]:
-    """(name, value) of a `NAME=value` word, variables in the value substituted where known."""
-    match = ASSIGNMENT.match(word)
-    if match is None:
-        return word, variables.get(word, "")
-    return match.group(1), substitute(match.group(2), variables, [])
-
-
-def substitute(word: str, variables: dict[str, str], unresolved: list[str]) -> str:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` replaced by known values; unknown ones stay `${NAME}`
-    and are listed in `unresolved`."""
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        if match.group(2) is not None:
-            return match.group(2)
-        if name not in unresolved:
-            unresolved.append(name)
-        return "${" + name + "}"
-
-    return VARIABLE.sub(value, word)
-
-
 def as_launch(line: int, words: list[str], variables: dict[str, str]) -> LaunchCommand | None:
     """The command as a launch of a Python script, or None when it runs none."""
     unresolved: list[str] = []
@@ -250,65 +153,6 @@ def as_launch(line: int, words: list[str], variables: dict[str, str]) -> LaunchC
         flags=script_flags(script_words),
         unresolved=unresolved,
     )
-
-
-def python_module(words: list[str]) -> str | None:
-    """The module of `python [options] -m module`, or None when python runs a file."""
-    for index, word in enumerate(words):
-        if word == "-m" and index + 1 < len(words):
-            return words[index + 1]
-        if not word.startswith("-"):
-            return None
-    return None
-
-
-def split_at_script(words: list[str]) -> tuple[dict[str, Any], str | None, list[str]]:
-    """(the launcher's flags, the script, the script's words): the script is the first word ending in .py."""
-    flags: dict[str, Any] = {}
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word.endswith(".py") and not word.startswith("-"):
-            return flags, word, words[index + 1 :]
-        if word.startswith("-"):
-            name, has_value, value = word.lstrip("-").partition("=")
-            if has_value:
-                flags[name] = value
-            elif word in LAUNCHER_SWITCHES or index + 1 >= len(words) or takes_no_value(words[index + 1]):
-                flags[name] = True
-            else:
-                flags[name] = words[index + 1]
-                index += 1
-        index += 1
-    return flags, None, []
-
-
-def takes_no_value(following: str) -> bool:
-    """A launcher flag followed by another flag or by the script (`python -i train.py`) is a switch."""
-    return following.startswith("-") or following.endswith(".py")
-
-
-def script_flags(words: list[str]) -> dict[str, Any]:
-    """`--name value`, `--name=value`, `--name v1 v2` (a list) and bare `--name` (True), as
-    `HfArgumentParser` reads them; a repeated flag keeps its last value, as argparse does."""
-    flags: dict[str, Any] = {}
-    name: str | None = None
-    for word in words:
-        if word.startswith("--"):
-            name, has_value, value = word[2:].partition("=")
-            flags[name] = value if has_value else True
-            if has_value:
-                name = None
-        elif name is not None:
-            current = flags[name]
-            flags[name] = word if current is True else [*as_list(current), word]
-        else:
-            flags.setdefault("(positional)", []).append(word)
-    return flags
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 # ----------------------------------------------------------------------------------------------------
