@@ -365,7 +365,6 @@ OVERSIZED = {
     "schema.py": 570,
     "cli.py": 455,
     "recipe/load.py": 452,
-    "tools/compare.py": 386,
     "recipe/trl_ppo.py": 383,
     "recipe/launch_command.py": 377,
     "tools/serve/vllm_server.py": 368,
