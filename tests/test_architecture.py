@@ -367,7 +367,6 @@ OVERSIZED = {
     "recipe/load.py": 452,
     "recipe/trl_ppo.py": 383,
     "recipe/launch_command.py": 377,
-    "generation/vllm_engine.py": 361,
 }
 
 
