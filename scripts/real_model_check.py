@@ -43,7 +43,8 @@ from llm_rl.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK  # noqa: 
 from llm_rl.errors import UserInputError  # noqa: E402
 from llm_rl.recipe.load import load_recipe  # noqa: E402
 from llm_rl.run_folder import SUMMARY_FILE, read_rows  # noqa: E402
-from llm_rl.tools.compare import EVAL_REWARD, compare_runs  # noqa: E402
+from llm_rl.tools.compare import compare_runs  # noqa: E402
+from llm_rl.tools.compare.measures import EVAL_REWARD  # noqa: E402
 
 RECIPES = REPO / "recipes" / "word_sums"
 ALGORITHMS = ("grpo", "ppo")

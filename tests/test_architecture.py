@@ -366,11 +366,7 @@ def test_each_rule_fails_on_a_package_that_breaks_it(tmp_path: Path) -> None:
 MAX_MODULE_LINES = 350
 # Modules still over the bound, each at most its size when the bound came in: they may shrink, not grow,
 # and leave this list once under it.
-OVERSIZED = {
-    "tools/compare.py": 386,
-    "tools/serve/vllm_server.py": 368,
-    "generation/vllm_engine.py": 361,
-}
+OVERSIZED: dict[str, int] = {}
 
 
 def module_sizes(package: Path) -> dict[str, int]:

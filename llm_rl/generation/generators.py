@@ -29,7 +29,7 @@ def build_generator(
     if sampling.backend == "vllm":
         if vllm is None:
             raise ValueError("the vllm backend needs its engine settings")
-        from llm_rl.generation.vllm_engine import VLLMGenerator
+        from llm_rl.generation.vllm_engine.generators import VLLMGenerator
 
         return VLLMGenerator.start(
             vllm.policy, accelerator, vllm.tokenizer, sampling, vllm.engine, max_num_seqs=chunk_size

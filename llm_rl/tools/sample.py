@@ -127,7 +127,7 @@ class PolicyGenerator:
         """The generation layer's generator for the backend: an engine from the saved folder for vLLM
         (started once, kept for later calls), transformers on the loaded model otherwise."""
         if sampling.backend == "vllm":
-            from llm_rl.generation.vllm_engine import FolderVLLMGenerator
+            from llm_rl.generation.vllm_engine.generators import FolderVLLMGenerator
 
             return FolderVLLMGenerator.start(
                 folder_engine_settings(self.folder, self.weights, self.recipe), sampling

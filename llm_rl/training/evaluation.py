@@ -99,7 +99,7 @@ class HeldOutReward:
         """The run's backend, `evaluation.batch_size` prompts a call: transformers on the model as trained,
         or the trainer's vLLM engine (which takes the current weights before it generates)."""
         if engine is not None:
-            from llm_rl.generation.vllm_engine import VLLMGenerator
+            from llm_rl.generation.vllm_engine.generators import VLLMGenerator
 
             return VLLMGenerator(engine, self.sampling)
         backend = "hf" if self.sampling.backend == "vllm" else self.sampling.backend

@@ -287,7 +287,7 @@ def test_migrate_grpo_to_gae_still_adds_the_critic(tmp_path: Path) -> None:
 
 
 def test_compare_labels_a_critic_free_run_with_its_estimator() -> None:
-    from llm_rl.tools.compare import algorithm_label
+    from llm_rl.tools.compare.runs import algorithm_label
 
     critic_free = {"algorithm": "ppo", "ppo": {"advantage_estimator": "rloo"}}
     assert algorithm_label({"algorithm": "ppo"}, critic_free) == "ppo (leave_one_out advantages, no critic)"

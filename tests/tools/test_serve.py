@@ -507,7 +507,7 @@ def test_the_template_given_to_vllm_adds_the_system_prompt_as_training_does(
     from transformers import AutoTokenizer
 
     from llm_rl.data.prompts import format_prompt
-    from llm_rl.tools.serve.vllm_server import system_prompt_template
+    from llm_rl.tools.serve.vllm_server.policy import system_prompt_template
 
     tokenizer = AutoTokenizer.from_pretrained(trained_run / "final")
     template = TEMPLATES[name]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from llm_rl.errors import RecipeError
-from llm_rl.generation.vllm_engine import free_port
+from llm_rl.generation.vllm_engine.engine import free_port
 from llm_rl.training.args import DEEPSPEED_CLIPPING_VARIABLE, end_processes, sync_deepspeed_clipping
 
 

@@ -44,7 +44,7 @@ def attach_colocated_vllm(trainer: Trainer, components: Components) -> None:
     trainer built without vLLM: the arguments TRL 1.16's GRPOTrainer and RLOOTrainer give their
     `VLLMGeneration`, then the switches their generation step reads (`use_vllm`, and the update whose
     weights the engine holds: -1, none yet, so that the first generation pushes them)."""
-    from llm_rl.generation.vllm_engine import ColocatedVLLM
+    from llm_rl.generation.vllm_engine.colocated import ColocatedVLLM
     from llm_rl.generation.vllm_settings import engine_settings
     from llm_rl.models.load import resolve_model_path
 

@@ -1,5 +1,5 @@
 """`llm-rl serve`: a trained policy over HTTP with OpenAI's API, for the clients teams already have, on
-llm-rl's own server (FastAPI and uvicorn) or on vLLM's (`--backend vllm`, `vllm_server.py`).
+llm-rl's own server (FastAPI and uvicorn) or on vLLM's (`--backend vllm`, `vllm_server/`).
 
 llm-rl's server:
 
