@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -335,3 +336,34 @@ def test_generation_keys_that_conflict_are_refused(
 
     with pytest.raises(RecipeError, match=re.escape(message)):
         load_recipe(REPO / "recipes" / "arithmetic" / "grpo.yaml", [*overrides, f"run.output_dir={tmp_path}"])
+
+
+# --- the groups' spread when a reward leaves completions unscored ---
+
+SCORED: list[list[float | None]] = []
+
+
+def first_group_unscored(completions: list[str], **kwargs) -> list[float | None]:
+    """None for each call's first 4 completions (one whole group), the completion's length otherwise."""
+    values = [None] * 4 + [float(len(completion)) for completion in completions[4:]]
+    SCORED.append(values)
+    return values
+
+
+def test_group_spread_leaves_out_a_group_no_reward_scored(tmp_path: Path) -> None:
+    """A real run where one group a rollout is unscored: `reward/group_std` is the mean spread of the
+    other groups, as TRL leaves unscored completions out of the baseline, and never NaN."""
+    from tests.conftest import short_grpo_run
+
+    SCORED.clear()
+    reward = "[{name: 'tests.algorithms.test_grpo:first_group_unscored', on_invalid: skip}]"
+    short_grpo_run(tmp_path, f"rewards={reward}", "evaluation.every=null", "evaluation.at_start=false")
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    training = [row["reward/group_std"] for row in logged if "reward/group_std" in row]
+    assert len(SCORED) == len(training) == 2
+    for values, spread in zip(SCORED, training, strict=True):
+        groups = [values[start : start + 4] for start in range(4, len(values), 4)]
+        expected = sum(statistics.pstdev(group) for group in groups) / len(groups)
+        assert spread == pytest.approx(expected, rel=1e-5)
+    # Counting the unscored group as a spread of 0 would give another number: the groups do spread.
+    assert max(training) > 0
