@@ -17,17 +17,17 @@ def command_train(args: argparse.Namespace) -> int:
     """Train a recipe and print where its run folder is."""
     from llm_rl.recipe.load import load_recipe
     from llm_rl.run.training import train
-    from llm_rl.training.args import end_processes, is_main_process
+    from llm_rl.training.args import is_main_process
+    from llm_rl.training.process_end import leave_run
 
     recipe = load_recipe(args.recipe, args.overrides)
     summary = train(recipe)
-    end_processes()
     if is_main_process():
         print(
             f"{summary['status']}: {summary['steps']} steps, {summary['samples']} samples, "
             f"final reward {summary['final_reward']}, run folder {recipe.output_dir}"
         )
-    return EXIT_PREEMPTED if summary["status"] == "preempted" else EXIT_OK
+    return leave_run(EXIT_PREEMPTED if summary["status"] == "preempted" else EXIT_OK)
 
 
 def command_validate(args: argparse.Namespace) -> int:
@@ -121,15 +121,15 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_train_reward_model(args: argparse.Namespace) -> int:
     """Train a reward model and print its held-out pairwise accuracy and folder."""
     from llm_rl.reward_model.train import load_reward_recipe, train_reward_model
-    from llm_rl.training.args import end_processes, is_main_process
+    from llm_rl.training.args import is_main_process
+    from llm_rl.training.process_end import leave_run
 
     recipe = load_reward_recipe(args.recipe, args.overrides)
     summary = train_reward_model(recipe)
-    end_processes()
     if is_main_process():
         print(
             f"held-out pairwise accuracy {summary['held_out_pairwise_accuracy']:.3f} on "
             f"{summary['held_out_pairs']} pairs; reward model in {summary['final']} "
             f"(rewards: [{{name: reward_model, path: {summary['final']}}}])"
         )
-    return EXIT_OK
+    return leave_run(EXIT_OK)

@@ -241,6 +241,14 @@ def train_locked(
     checkpoints = CheckpointManager(count_samples, recipe.checkpointing.keep_last, score, early_stopping)
     no_broken_saves = NoNonFiniteSaves()
     preemption = Preemption()
+    schedules = active_schedules(recipe, algorithm.SCHEDULABLE)
+    scheduled = (
+        ScheduleCallback(schedules, count_samples, stage.samples_offset if stage else 0)
+        if schedules
+        else None
+    )
+    # Every callback llm_rl adds, in one list, called in this order after transformers' own; the schedule's
+    # callback learns which trainer it sets once the trainer is built.
     callbacks = [
         metrics,
         preemption,
@@ -248,13 +256,11 @@ def train_locked(
         *([early_stopping] if early_stopping else []),
         alerts,
         no_broken_saves,
+        *([scheduled] if scheduled else []),
     ]
     trainer = algorithm.build_trainer(components, callbacks)
-    scheduled = None
-    if schedules := active_schedules(recipe, algorithm.SCHEDULABLE):
-        apply = partial(algorithm.apply_setting, trainer)
-        scheduled = ScheduleCallback(schedules, count_samples, apply, stage.samples_offset if stage else 0)
-        trainer.add_callback(scheduled)
+    if scheduled:
+        scheduled.set_through(partial(algorithm.apply_setting, trainer))
     progress = ProgressLine(
         trainer.args.max_steps // trainer.args.logging_steps, enabled=recipe.monitoring.progress
     )

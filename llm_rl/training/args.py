@@ -49,16 +49,6 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def end_processes() -> None:
-    """Close a finished multi-process run's process group while Python is still whole.
-
-    Left to interpreter exit, gloo's worker threads can be torn down still holding work and abort the
-    process (`terminate called without an active exception`, exit -6) after a run that succeeded.
-    """
-    if world_size() > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()  # local: no rank waits on another here
-
-
 def under_deepspeed() -> bool:
     """True when `accelerate launch` was given a DeepSpeed config."""
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"

@@ -37,18 +37,25 @@ class ScheduleCallback(TrainerCallback):
         self,
         schedules: dict[str, Schedule],
         count_samples: Callable[[Any, dict[str, Any]], int],
-        apply: Callable[[str, float], None],
         samples_offset: int = 0,
     ) -> None:
         self.schedules = schedules
         self.count_samples = count_samples
-        self.apply = apply
         self.samples_offset = samples_offset
         self.current: dict[str, float] = {}
+        # Where a value is set: the trainer's own setting, known once the trainer is built (`set_through`).
+        self.apply: Callable[[str, float], None] | None = None
+
+    def set_through(self, apply: Callable[[str, float], None]) -> None:
+        """Set each value with `apply(key, value)` (the algorithm's `apply_setting` on its trainer): the
+        callback is made before the trainer that it sets, so that it joins the trainer's callback list."""
+        self.apply = apply
 
     def update(self, state: Any) -> None:
         """Apply every schedule's value at the run's sample count now."""
         samples = self.samples_offset + self.count_samples(state, {})
+        if self.apply is None:
+            raise RuntimeError("ScheduleCallback.set_through was not called: no trainer to set values on")
         for key, schedule in self.schedules.items():
             value = schedule.value_at(samples)
             self.apply(key, value)
