@@ -15,7 +15,6 @@ from llm_rl.algorithms.trl_groups.declaration import GroupTrainer
 GRPO = GroupTrainer(
     NAME="grpo",
     config_class=GRPOConfig,
-    trainer_name="GRPOTrainer",
     kl_meaning="GRPO's beta weighs a KL loss term",
     advantage_key="scale_rewards",
     advantage_values={"group": "group", "batch": "batch", "none": "none"},

@@ -16,7 +16,6 @@ from llm_rl.algorithms.trl_groups.declaration import GroupTrainer
 RLOO = GroupTrainer(
     NAME="rloo",
     config_class=RLOOConfig,
-    trainer_name="RLOOTrainer",
     kl_meaning="RLOO's beta subtracts the sequence's KL to the reference from its reward",
     advantage_key="normalize_advantages",
     advantage_values={"batch": True, "none": False},

@@ -26,7 +26,6 @@ from tests.conftest import ARITHMETIC
 DR_GRPO = GroupTrainer(
     NAME="dr_grpo",
     config_class=GRPOConfig,
-    trainer_name="GRPOTrainer",
     kl_meaning="Dr. GRPO's beta weighs a KL loss term",
     advantage_key="scale_rewards",
     advantage_values={"none": "none"},
@@ -92,3 +91,17 @@ def test_migrate_finds_counterparts_from_each_sides_own_keys(registered) -> None
     assert warned["ppo.num_mini_batches"] == "no DR_GRPO counterpart; nearest: dr_grpo.steps_per_generation"
     back = migrate(ARITHMETIC / "grpo.yaml", "ppo", overrides=["ppo.advantage_estimator=group"])
     assert back.recipe["ppo"]["num_generations"] == 8  # a group estimator has groups: kept, not warned
+
+
+def test_each_declaration_builds_the_trainer_trl_pairs_with_its_config() -> None:
+    import trl
+
+    from llm_rl.algorithms.grpo import GRPO
+    from llm_rl.algorithms.rloo import RLOO
+
+    for declaration, trainer in (
+        (GRPO, trl.GRPOTrainer),
+        (RLOO, trl.RLOOTrainer),
+        (DR_GRPO, trl.GRPOTrainer),
+    ):
+        assert getattr(trl, declaration.trainer_name) is trainer

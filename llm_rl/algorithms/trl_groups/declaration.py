@@ -39,8 +39,6 @@ class GroupTrainer:
     NAME: str
     # TRL's config dataclass: the section's keys, their defaults (the group size among them).
     config_class: type[TrainingArguments]
-    # The TRL trainer class's name in `trl`, imported only when a run builds one.
-    trainer_name: str
     # What its KL weight (`beta`) does, for migrate's rows.
     kl_meaning: str
     # The section key that is the same setting as `advantages.normalize`, and the value it takes for
@@ -52,6 +50,12 @@ class GroupTrainer:
     # The ideas other algorithms have a setting for and it has none, and why (migrate's warnings);
     # what every TRL group trainer lacks is added (`migration.lacking`).
     lacks: Mapping[Idea, str] = field(default_factory=dict)
+
+    @property
+    def trainer_name(self) -> str:
+        """The TRL trainer class's name in `trl`, from its config's (TRL names them in pairs:
+        GRPOConfig, GRPOTrainer); imported only when a run builds one."""
+        return self.config_class.__name__.removesuffix("Config") + "Trainer"
 
     # --- the protocol's constants (upper-case, as a module's would be), from the declaration ---
 
